@@ -1,0 +1,159 @@
+"""One exception hierarchy for calving.
+
+Every error is a ``CalvingError`` carrying two facts the commit loop acts on:
+
+* ``retryable``: repeating the same operation may succeed (``Transient``).
+* ``cleanable``: the failed attempt is known not to have committed, so files it
+  wrote may be deleted (``Cleanable``). An unknown outcome is never cleanable.
+
+Corrupt input is never a ``ValueError``: it is a ``CorruptInputError`` naming
+the file (or Kafka coordinates) it came from.
+"""
+
+from __future__ import annotations
+
+
+class CalvingError(Exception):
+    """Base of every error calving raises on purpose."""
+
+    retryable: bool = False
+    cleanable: bool = False
+
+
+class Transient(CalvingError):
+    """Marker: trying again later may succeed."""
+
+    retryable = True
+
+
+class Terminal(CalvingError):
+    """Marker: trying again will fail the same way; a person or the caller must act."""
+
+    retryable = False
+
+
+class Cleanable(CalvingError):
+    """Marker: the attempt certainly did not commit; its new files may be deleted."""
+
+    cleanable = True
+
+
+# ---------------------------------------------------------------- bad input
+
+
+class CorruptInputError(Terminal):
+    """Bytes that do not decode as the format they claim to be.
+
+    ``source`` names where they came from: a file location, or
+    ``topic/partition@offset`` for a Kafka record.
+    """
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source}: {reason}")
+
+
+class CorruptFileError(CorruptInputError):
+    """A table file (manifest, manifest list, metadata, Puffin, DV) is corrupt."""
+
+
+class CorruptRecordError(CorruptInputError):
+    """A Kafka record cannot be decoded or does not fit the table."""
+
+    def __init__(self, topic: str, partition: int, offset: int, reason: str) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        super().__init__(f"{topic}/{partition}@{offset}", reason)
+
+
+class UnsupportedFeatureError(Terminal):
+    """Valid input using a feature calving does not implement (named in the README)."""
+
+
+class SchemaError(Terminal):
+    """A schema, type or schema change is invalid or incompatible; names the field."""
+
+
+class ConfigError(Terminal):
+    """A configuration key is missing, unknown or has the wrong type; names the key."""
+
+
+# ---------------------------------------------------------------- catalog
+
+
+class CatalogError(CalvingError):
+    """Base of catalog failures."""
+
+
+class NoSuchTableError(CatalogError, Terminal):
+    pass
+
+
+class TableAlreadyExistsError(CatalogError, Terminal):
+    pass
+
+
+class NoSuchNamespaceError(CatalogError, Terminal):
+    pass
+
+
+class NamespaceAlreadyExistsError(CatalogError, Terminal):
+    pass
+
+
+class NamespaceNotEmptyError(CatalogError, Terminal):
+    pass
+
+
+class CatalogUnavailableError(CatalogError, Transient):
+    """The catalog could not be reached before anything was sent; safe to retry."""
+
+
+# ---------------------------------------------------------------- commit
+
+
+class CommitError(CalvingError):
+    """Base of commit failures."""
+
+
+class CommitSwapLostError(CommitError, Transient, Cleanable):
+    """The check-and-put found another metadata location: someone committed first.
+
+    The attempt did not land; the commit loop refreshes, re-validates and retries.
+    """
+
+
+class CommitConflictError(CommitError, Terminal, Cleanable):
+    """Validation against the refreshed table failed: the change can no longer apply."""
+
+
+class CommitStateUnknownError(CommitError, Terminal):
+    """The swap may or may not have happened (reply lost). Never retried blindly and
+    never cleaned up; resolve by reading the catalog."""
+
+
+class RetriesExhaustedError(CommitError, Terminal, Cleanable):
+    """``commit.retry.*`` limits ran out while every attempt was a clean loss."""
+
+
+class StaleWriterError(CommitError, Terminal, Cleanable):
+    """Another pipeline with the same writer id moved the ledger past this one's offsets
+    in a way that is not a plain replay; this writer must stop."""
+
+
+class TableIdentityChangedError(CommitConflictError):
+    """The table UUID changed under the writer (dropped and recreated)."""
+
+
+class FileIOError(Transient):
+    """A storage operation failed (network, permissions transient)."""
+
+
+class FileAlreadyExistsError(Terminal):
+    """An exclusive create found the file already present."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        super().__init__(f"{location}: already exists")

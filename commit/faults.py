@@ -1,0 +1,71 @@
+"""Named fault-injection points in the commit protocol, off unless a test arms them.
+
+Arm from a test process with ``arm(point, action)`` or, for a child process, the
+environment variable ``CALVING_FAULTS="point=action[,point=action]"``. Actions:
+``kill`` (SIGKILL this process), ``raise`` (raise ``InjectedFault``), ``once-kill``
+/ ``once-raise`` (only the first time the point is reached in this process).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from commit.errors import CalvingError
+
+POINTS = (
+    "after-data-files",
+    "after-puffin",
+    "after-manifests",
+    "after-manifest-list",
+    "after-metadata-file",
+    "before-swap",
+    "after-swap",
+    "after-swap-before-checkpoint",
+)
+
+
+class InjectedFault(CalvingError):
+    """Raised at an armed point in tests. Not retryable, not cleanable: like a crash."""
+
+
+_armed: dict[str, str] = {}
+_fired: set[str] = set()
+_loaded_env = False
+
+
+def _load_env() -> None:
+    global _loaded_env
+    _loaded_env = True
+    spec = os.environ.get("CALVING_FAULTS", "")
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        point, _, action = item.partition("=")
+        arm(point, action or "kill")
+
+
+def arm(point: str, action: str = "raise") -> None:
+    if point not in POINTS:
+        raise KeyError(f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
+    _armed[point] = action
+
+
+def disarm_all() -> None:
+    _armed.clear()
+    _fired.clear()
+
+
+def hit(point: str) -> None:
+    """Called by production code at each named point; a no-op unless armed."""
+    if not _loaded_env:
+        _load_env()
+    action = _armed.get(point)
+    if action is None:
+        return
+    if action.startswith("once-"):
+        if point in _fired:
+            return
+        _fired.add(point)
+        action = action[len("once-") :]
+    if action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    raise InjectedFault(f"injected fault at {point}")

@@ -1,0 +1,126 @@
+"""Iceberg schemas: fields with ids, identifier fields, JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from commit.errors import SchemaError
+from commit.spec.types import (
+    IcebergType,
+    ListType,
+    MapType,
+    NestedField,
+    PrimitiveType,
+    StructType,
+)
+
+
+@dataclass(frozen=True)
+class Schema:
+    fields: tuple[NestedField, ...]
+    schema_id: int = 0
+    identifier_field_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        seen: set[int] = set()
+        for f in _walk(self.as_struct()):
+            if f.field_id in seen:
+                raise SchemaError(f"field id {f.field_id} ({f.name!r}) is used twice")
+            seen.add(f.field_id)
+        for fid in self.identifier_field_ids:
+            f = self.find_field(fid)
+            if f is None:
+                raise SchemaError(f"identifier field id {fid} is not in the schema")
+            if not isinstance(f.field_type, PrimitiveType):
+                raise SchemaError(f"identifier field {f.name!r} must be a primitive")
+            if f.field_type.name in ("float", "double"):
+                raise SchemaError(f"identifier field {f.name!r} cannot be {f.field_type}")
+            if not f.required:
+                raise SchemaError(f"identifier field {f.name!r} must be required")
+
+    def as_struct(self) -> StructType:
+        return StructType(self.fields)
+
+    def all_fields(self) -> Iterator[NestedField]:
+        """Every field, nested ones included, depth first."""
+        return _walk(self.as_struct())
+
+    def find_field(self, field_id: int) -> NestedField | None:
+        for f in _walk(self.as_struct()):
+            if f.field_id == field_id:
+                return f
+        return None
+
+    def find_field_by_name(self, name: str) -> NestedField | None:
+        """Top-level lookup, or a dotted path through structs."""
+        parts = name.split(".")
+        current: StructType = self.as_struct()
+        found: NestedField | None = None
+        for i, part in enumerate(parts):
+            found = current.field_by_name(part)
+            if found is None:
+                return None
+            if i < len(parts) - 1:
+                if not isinstance(found.field_type, StructType):
+                    return None
+                current = found.field_type
+        return found
+
+    def column_name(self, field_id: int) -> str | None:
+        for path, f in _walk_named(self.as_struct(), ""):
+            if f.field_id == field_id:
+                return path
+        return None
+
+    @property
+    def highest_field_id(self) -> int:
+        return max((f.field_id for f in _walk(self.as_struct())), default=0)
+
+    @property
+    def identifier_field_names(self) -> tuple[str, ...]:
+        return tuple(self.column_name(i) or str(i) for i in self.identifier_field_ids)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "type": "struct",
+            "schema-id": self.schema_id,
+        }
+        if self.identifier_field_ids:
+            out["identifier-field-ids"] = list(self.identifier_field_ids)
+        out["fields"] = [f.to_json() for f in self.fields]
+        return out
+
+    @staticmethod
+    def from_json(obj: dict[str, Any]) -> "Schema":
+        try:
+            return Schema(
+                fields=tuple(NestedField.from_json(f) for f in obj["fields"]),
+                schema_id=int(obj.get("schema-id", 0)),
+                identifier_field_ids=tuple(int(i) for i in obj.get("identifier-field-ids", [])),
+            )
+        except KeyError as exc:
+            raise SchemaError(f"schema JSON lacks key {exc.args[0]!r}") from None
+
+
+def _children(t: IcebergType) -> tuple[NestedField, ...]:
+    if isinstance(t, StructType):
+        return t.fields
+    if isinstance(t, ListType):
+        return (t.element_field,)
+    if isinstance(t, MapType):
+        return (t.key_field, t.value_field)
+    return ()
+
+
+def _walk(t: IcebergType) -> Iterator[NestedField]:
+    for f in _children(t):
+        yield f
+        yield from _walk(f.field_type)
+
+
+def _walk_named(t: IcebergType, prefix: str) -> Iterator[tuple[str, NestedField]]:
+    for f in _children(t):
+        path = f"{prefix}{f.name}"
+        yield path, f
+        yield from _walk_named(f.field_type, path + ".")

@@ -1,0 +1,90 @@
+"""Add data files and delete rows by position (deletion vectors) in one snapshot.
+
+Deletes for a file that already has a DV are unioned with it by the producer, so
+two writers deleting rows of the same file both commit. Deletes aimed at a file
+that a concurrent rewrite removed are handed to ``rebase`` (the caller re-resolves
+them to the rows' new positions); without one they are returned inside
+``DeletesOnRewrittenFilesError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from pyroaring import BitMap64
+
+from commit.errors import CommitConflictError
+from commit.io import FileIO
+from commit.spec.data_file import DataFile
+from commit.spec.metadata import TableMetadata
+from commit.table import scan
+from commit.table.actions.base import NoChange, Plan
+from commit.table.actions.validation import check_schema_compatible, ledger_step
+from commit.table.changes import SnapshotChanges
+from commit.table.ledger import LedgerClaim
+
+Rebase = Callable[[TableMetadata, Mapping[str, BitMap64]], Mapping[str, BitMap64]]
+
+
+class DeletesOnRewrittenFilesError(CommitConflictError):
+    """Rows to delete live in files a concurrent commit removed (e.g. compaction).
+
+    ``deletes`` maps each removed file to the positions that were to be deleted, so
+    the caller can find the rows again (by key) and retry.
+    """
+
+    def __init__(self, deletes: Mapping[str, BitMap64]) -> None:
+        self.deletes = dict(deletes)
+        files = ", ".join(sorted(deletes)[:5])
+        super().__init__(
+            f"{len(deletes)} data file(s) receiving deletes were removed concurrently: {files}"
+        )
+
+
+@dataclass(frozen=True)
+class RowDelta:
+    added_data_files: tuple[DataFile, ...] = ()
+    deletes: Mapping[str, BitMap64] = field(default_factory=dict)
+    ledger: LedgerClaim | None = None
+    schema_id: int | None = None
+    rebase: Rebase | None = None
+
+    def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
+        check_schema_compatible(base, self.schema_id)
+        step = ledger_step(base, self.ledger, commit_id)
+        if step is None:
+            return NoChange("offsets already committed (exactly-once replay)")
+        summary, properties = step
+
+        deletes = {p: bm for p, bm in self.deletes.items() if len(bm)}
+        if deletes:
+            live = scan.live_files(io, base, base.current_snapshot)
+            added = {f.file_path for f in self.added_data_files}
+            gone = {p: bm for p, bm in deletes.items() if p not in live.data and p not in added}
+            if gone:
+                if self.rebase is None:
+                    raise DeletesOnRewrittenFilesError(gone)
+                for p in gone:
+                    del deletes[p]
+                for p, bm in self.rebase(base, gone).items():
+                    if p not in live.data and p not in added:
+                        raise DeletesOnRewrittenFilesError({p: bm})
+                    deletes[p] = deletes.get(p, BitMap64()) | bm
+
+        if not self.added_data_files and not deletes and not properties:
+            return NoChange("nothing to change")
+        if not deletes:
+            operation = "append"
+        elif not self.added_data_files:
+            operation = "delete"
+        else:
+            operation = "overwrite"
+        return SnapshotChanges(
+            operation=operation,
+            added_data_files=self.added_data_files,
+            deletes=deletes,
+            summary=summary,
+            properties=properties,
+            schema_id=self.schema_id,
+        )

@@ -1,0 +1,29 @@
+"""Set and remove table properties."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from commit.io import FileIO
+from commit.spec.metadata import TableMetadata
+from commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from commit.table.updates import RemoveProperties, SetProperties, TableUpdate
+
+
+@dataclass(frozen=True)
+class UpdateProperties:
+    set: Mapping[str, str] = field(default_factory=dict)
+    remove: tuple[str, ...] = ()
+
+    def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
+        updates: list[TableUpdate] = []
+        changed = {k: str(v) for k, v in self.set.items() if base.properties.get(k) != str(v)}
+        if changed:
+            updates.append(SetProperties(changed))
+        gone = tuple(k for k in self.remove if k in base.properties)
+        if gone:
+            updates.append(RemoveProperties(gone))
+        if not updates:
+            return NoChange("properties already as requested")
+        return MetadataUpdates(tuple(updates))

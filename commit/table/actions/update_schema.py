@@ -1,0 +1,125 @@
+"""Schema evolution a stream needs: add optional columns, widen int->long and
+float->double (and other promotions the spec allows)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from commit.errors import SchemaError
+from commit.io import FileIO
+from commit.spec.metadata import TableMetadata
+from commit.spec.schema import Schema
+from commit.spec.types import (
+    IcebergType,
+    ListType,
+    MapType,
+    NestedField,
+    PrimitiveType,
+    StructType,
+    can_promote,
+)
+from commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from commit.table.updates import AddSchema, AssertCurrentSchemaId, SetCurrentSchema
+
+
+@dataclass(frozen=True)
+class AddColumn:
+    name: str  # top-level column name
+    field_type: IcebergType  # nested ids inside are reassigned
+    doc: str | None = None
+
+
+@dataclass(frozen=True)
+class UpdateSchema:
+    add: tuple[AddColumn, ...] = ()
+    promote: tuple[tuple[str, PrimitiveType], ...] = ()
+
+    def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
+        schema = base.schema
+        fields = list(schema.fields)
+        next_id = base.last_column_id
+        changed = False
+        for col in self.add:
+            existing = schema.find_field_by_name(col.name)
+            if existing is not None:
+                if _same_shape(existing.field_type, col.field_type):
+                    continue  # added already (e.g. by a concurrent writer)
+                raise SchemaError(
+                    f"column {col.name!r} exists as {existing.field_type}, cannot add it as "
+                    f"{col.field_type}"
+                )
+            next_id += 1
+            field_id = next_id
+            ftype, next_id = _assign_ids(col.field_type, next_id)
+            fields.append(NestedField(field_id, col.name, ftype, False, col.doc))
+            changed = True
+        for name, new_type in self.promote:
+            idx = next((i for i, f in enumerate(fields) if f.name == name), None)
+            if idx is None:
+                raise SchemaError(f"cannot promote column {name!r}: no such column")
+            old = fields[idx]
+            if old.field_type == new_type:
+                continue
+            if not can_promote(old.field_type, new_type):
+                raise SchemaError(
+                    f"column {name!r} cannot change from {old.field_type} to {new_type}: "
+                    "only int->long, float->double, date->timestamp and decimal precision "
+                    "widening are allowed"
+                )
+            fields[idx] = replace(old, field_type=new_type)
+            changed = True
+        if not changed:
+            return NoChange("schema already has these changes")
+        candidate = Schema(tuple(fields), 0, schema.identifier_field_ids)
+        for s in base.schemas:  # reuse an identical earlier schema's id, as Java does
+            if s.fields == candidate.fields and s.identifier_field_ids == schema.identifier_field_ids:
+                return MetadataUpdates(
+                    (SetCurrentSchema(s.schema_id),),
+                    (AssertCurrentSchemaId(base.current_schema_id),),
+                )
+        new_id = max(s.schema_id for s in base.schemas) + 1
+        new_schema = replace(candidate, schema_id=new_id)
+        return MetadataUpdates(
+            (AddSchema(new_schema, max(next_id, base.last_column_id)), SetCurrentSchema(new_id)),
+            (AssertCurrentSchemaId(base.current_schema_id),),
+        )
+
+
+def _assign_ids(t: IcebergType, last_id: int) -> tuple[IcebergType, int]:
+    """Give every nested field of a new column a fresh id above ``last_id``."""
+    if isinstance(t, StructType):
+        new_fields = []
+        ids = []
+        for _ in t.fields:
+            last_id += 1
+            ids.append(last_id)
+        for fid, f in zip(ids, t.fields):
+            ftype, last_id = _assign_ids(f.field_type, last_id)
+            new_fields.append(NestedField(fid, f.name, ftype, f.required, f.doc))
+        return StructType(tuple(new_fields)), last_id
+    if isinstance(t, ListType):
+        eid = last_id + 1
+        etype, last_id = _assign_ids(t.element_type, eid)
+        return ListType(eid, etype, t.element_required), last_id
+    if isinstance(t, MapType):
+        kid, vid = last_id + 1, last_id + 2
+        ktype, last_id = _assign_ids(t.key_type, vid)
+        vtype, last_id = _assign_ids(t.value_type, last_id)
+        return MapType(kid, ktype, vid, vtype, t.value_required), last_id
+    return t, last_id
+
+
+def _same_shape(a: IcebergType, b: IcebergType) -> bool:
+    """Equal types ignoring field ids."""
+    if isinstance(a, PrimitiveType) or isinstance(b, PrimitiveType):
+        return a == b
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return len(a.fields) == len(b.fields) and all(
+            x.name == y.name and _same_shape(x.field_type, y.field_type)
+            for x, y in zip(a.fields, b.fields)
+        )
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        return _same_shape(a.element_type, b.element_type)
+    if isinstance(a, MapType) and isinstance(b, MapType):
+        return _same_shape(a.key_type, b.key_type) and _same_shape(a.value_type, b.value_type)
+    return False

@@ -1,0 +1,141 @@
+"""Reading what a snapshot holds: manifest lists, manifests, live files, DVs.
+
+Manifests and manifest lists are immutable once written, so parsed contents are
+cached by location for the life of the process: a commit after the first reads
+only the manifests created since, which keeps commit cost flat as history grows.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Iterable
+
+from pyroaring import BitMap64
+
+from commit.io import FileIO
+from commit.spec.data_file import (
+    DataFile,
+    EntryStatus,
+    FileContent,
+    ManifestContent,
+    ManifestEntry,
+    ManifestFile,
+)
+from commit.spec.deletion_vector import deserialize_dv
+from commit.spec.manifest import inherit, read_manifest
+from commit.spec.manifest_list import read_manifest_list
+from commit.spec.metadata import TableMetadata
+from commit.spec.snapshot import Snapshot
+
+
+class _Lru:
+    def __init__(self, max_items: int) -> None:
+        self._items: OrderedDict[str, object] = OrderedDict()
+        self._max = max_items
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> object | None:
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None:
+                self._items.move_to_end(key)
+            return value
+
+    def put(self, key: str, value: object) -> None:
+        with self._lock:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while len(self._items) > self._max:
+                self._items.popitem(last=False)
+
+
+_MANIFEST_LISTS = _Lru(256)
+_MANIFESTS = _Lru(4096)
+
+
+def manifest_files(io: FileIO, snapshot: Snapshot | None) -> tuple[ManifestFile, ...]:
+    if snapshot is None:
+        return ()
+    location = snapshot.manifest_list
+    cached = _MANIFEST_LISTS.get(location)
+    if cached is None:
+        cached = tuple(read_manifest_list(io.read(location), location).manifests)
+        _MANIFEST_LISTS.put(location, cached)
+    return cached  # type: ignore[return-value]
+
+
+def manifest_entries(
+    io: FileIO, metadata: TableMetadata, manifest: ManifestFile
+) -> tuple[ManifestEntry, ...]:
+    """All entries of a manifest (DELETED ones included), with inherited values filled."""
+    key = manifest.manifest_path
+    cached = _MANIFESTS.get(key)
+    if cached is None:
+        spec = metadata.spec_by_id(manifest.partition_spec_id)
+        ptype = spec.partition_type(metadata.schema)
+        parsed = read_manifest(io.read(key), key, partition_type=ptype)
+        cached = tuple(inherit(parsed.entries, manifest))
+        _MANIFESTS.put(key, cached)
+    return cached  # type: ignore[return-value]
+
+
+def remember_written_manifest(manifest: ManifestFile, entries: Iterable[ManifestEntry]) -> None:
+    """Seed the cache with a manifest this process just wrote (saves reading it back)."""
+    _MANIFESTS.put(manifest.manifest_path, tuple(inherit(list(entries), manifest)))
+
+
+def remember_written_manifest_list(location: str, manifests: Iterable[ManifestFile]) -> None:
+    _MANIFEST_LISTS.put(location, tuple(manifests))
+
+
+@dataclass(frozen=True)
+class LiveEntry:
+    entry: ManifestEntry
+    manifest: ManifestFile
+
+    @property
+    def data_file(self) -> DataFile:
+        return self.entry.data_file
+
+
+@dataclass
+class LiveFiles:
+    """Live data files and deletion vectors of one snapshot, by path."""
+
+    data: dict[str, LiveEntry]
+    dvs: dict[str, LiveEntry]  # keyed by referenced data file path
+    manifests: tuple[ManifestFile, ...]
+
+    def positions_deleted(self, io: FileIO, data_file_path: str) -> BitMap64:
+        live = self.dvs.get(data_file_path)
+        return BitMap64() if live is None else read_dv(io, live.data_file)
+
+
+def live_files(io: FileIO, metadata: TableMetadata, snapshot: Snapshot | None) -> LiveFiles:
+    manifests = manifest_files(io, snapshot)
+    data: dict[str, LiveEntry] = {}
+    dvs: dict[str, LiveEntry] = {}
+    for mf in manifests:
+        for entry in manifest_entries(io, metadata, mf):
+            if entry.status == EntryStatus.DELETED:
+                continue
+            df = entry.data_file
+            if mf.content == ManifestContent.DATA:
+                data[df.file_path] = LiveEntry(entry, mf)
+            elif df.content == FileContent.POSITION_DELETES and df.referenced_data_file:
+                dvs[df.referenced_data_file] = LiveEntry(entry, mf)
+    return LiveFiles(data, dvs, manifests)
+
+
+def read_dv(io: FileIO, dv: DataFile) -> BitMap64:
+    if dv.content_offset is None or dv.content_size_in_bytes is None:
+        from commit.errors import UnsupportedFeatureError
+
+        raise UnsupportedFeatureError(
+            f"{dv.file_path}: position delete file without content offset (v2 position "
+            "delete files are not supported; v3 tables use deletion vectors)"
+        )
+    blob = io.read_range(dv.file_path, dv.content_offset, dv.content_size_in_bytes)
+    return deserialize_dv(blob, f"{dv.file_path}@{dv.content_offset}")

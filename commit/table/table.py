@@ -1,0 +1,140 @@
+"""A table handle: catalog + identifier + FileIO + the metadata last seen."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Mapping
+
+from commit.catalog.base import Catalog, TableIdent
+from commit.errors import CommitConflictError
+from commit.io import FileIO
+from commit.spec.metadata import TableMetadata, serialize_metadata
+from commit.spec.partition import UNPARTITIONED, PartitionSpec
+from commit.spec.schema import Schema
+from commit.spec.sort_order import UNSORTED, SortOrder
+from commit.table import ledger, scan
+from commit.table.actions.base import Action
+from commit.table.committer import (
+    CommitOutcome,
+    Committed,
+    Conflicted,
+    Skipped,
+    Unknown,
+    commit_action,
+    load_metadata,
+)
+
+DEFAULT_PROPERTIES = {
+    "write.parquet.compression-codec": "zstd",
+    "write.metadata.previous-versions-max": "100",
+}
+
+
+class Table:
+    def __init__(
+        self,
+        catalog: Catalog,
+        ident: TableIdent,
+        io: FileIO,
+        metadata_location: str,
+        metadata: TableMetadata,
+    ) -> None:
+        self.catalog = catalog
+        self.ident = ident
+        self.io = io
+        self.metadata_location = metadata_location
+        self.metadata = metadata
+
+    @staticmethod
+    def load(catalog: Catalog, ident: TableIdent, io: FileIO | None = None) -> "Table":
+        location = catalog.load_metadata_location(ident)
+        io = io or FileIO.for_location(location)
+        location, metadata = load_metadata(catalog, io, ident)
+        return Table(catalog, ident, io, location, metadata)
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.ident)
+
+    def refresh(self) -> "Table":
+        self.metadata_location, self.metadata = load_metadata(self.catalog, self.io, self.ident)
+        return self
+
+    def commit(self, action: Action) -> CommitOutcome:
+        """Commit starting from a fresh read of the catalog; keep the result as state."""
+        outcome = commit_action(self.catalog, self.ident, action, io=self.io)
+        if isinstance(outcome, (Committed, Skipped)):
+            self.metadata_location = outcome.metadata_location
+            self.metadata = outcome.metadata
+        return outcome
+
+    def commit_or_raise(self, action: Action) -> Committed | Skipped:
+        outcome = self.commit(action)
+        if isinstance(outcome, Conflicted):
+            raise outcome.error
+        if isinstance(outcome, Unknown):
+            raise outcome.error
+        return outcome
+
+    # ------------------------------------------------------------ reading
+
+    def live_files(self) -> scan.LiveFiles:
+        return scan.live_files(self.io, self.metadata, self.metadata.current_snapshot)
+
+    def ledger(self, writer_id: str) -> dict[ledger.TopicPartition, int]:
+        return ledger.read_ledger(self.metadata, writer_id)
+
+
+def new_table_metadata(
+    schema: Schema,
+    location: str,
+    spec: PartitionSpec = UNPARTITIONED,
+    sort_order: SortOrder = UNSORTED,
+    properties: Mapping[str, str] | None = None,
+) -> TableMetadata:
+    """Metadata of an empty v3 table (pure apart from the clock and a fresh UUID)."""
+    props = dict(DEFAULT_PROPERTIES)
+    props.update(properties or {})
+    spec.partition_type(schema)  # validates sources and transforms against the schema
+    return TableMetadata(
+        format_version=3,
+        table_uuid=str(uuid.uuid4()),
+        location=location.rstrip("/"),
+        last_sequence_number=0,
+        last_updated_ms=int(time.time() * 1000),
+        last_column_id=schema.highest_field_id,
+        schemas=(schema,),
+        current_schema_id=schema.schema_id,
+        partition_specs=(spec,),
+        default_spec_id=spec.spec_id,
+        last_partition_id=max((f.field_id for f in spec.fields), default=999),
+        sort_orders=(sort_order,),
+        default_sort_order_id=sort_order.order_id,
+        properties=props,
+        next_row_id=0,
+    )
+
+
+def create_table(
+    catalog: Catalog,
+    ident: TableIdent,
+    schema: Schema,
+    *,
+    spec: PartitionSpec = UNPARTITIONED,
+    sort_order: SortOrder = UNSORTED,
+    properties: Mapping[str, str] | None = None,
+    location: str | None = None,
+    io: FileIO | None = None,
+) -> Table:
+    location = location or catalog.default_table_location(ident)
+    io = io or FileIO.for_location(location)
+    metadata = new_table_metadata(schema, location, spec, sort_order, properties)
+    metadata_location = catalog.create_table(ident, metadata.location, serialize_metadata(metadata))
+    return Table(catalog, ident, io, metadata_location, metadata)
+
+
+def expect_committed(outcome: CommitOutcome) -> Committed:
+    if not isinstance(outcome, Committed):
+        raise CommitConflictError(f"expected a commit, got {outcome!r}")
+    return outcome

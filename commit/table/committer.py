@@ -184,7 +184,8 @@ def commit_action(
             faults.hit("before-swap")
             catalog.commit_metadata(ident, location, new_location, payload)
             faults.hit("after-swap")
-        except CommitSwapLostError as lost:
+        except (CommitSwapLostError, CatalogUnavailableError) as lost:
+            # Both are known not to have changed the table: clean, refresh, retry.
             _cleanup(io, written)
             retry = attempt
             wait = policy.wait_ms(retry)

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from commit.catalog.base import Catalog, TableIdent
 from commit.errors import CommitConflictError
-from commit.io import FileIO
+from commit.io import FileIO, to_uri
 from commit.spec.metadata import TableMetadata, serialize_metadata
 from commit.spec.partition import UNPARTITIONED, PartitionSpec
 from commit.spec.schema import Schema
@@ -127,7 +127,7 @@ def create_table(
     location: str | None = None,
     io: FileIO | None = None,
 ) -> Table:
-    location = location or catalog.default_table_location(ident)
+    location = to_uri(location or catalog.default_table_location(ident))
     io = io or FileIO.for_location(location)
     metadata = new_table_metadata(schema, location, spec, sort_order, properties)
     metadata_location = catalog.create_table(ident, metadata.location, serialize_metadata(metadata))

@@ -1,0 +1,165 @@
+"""Arrow -> Parquet data file with Iceberg field ids and column metrics.
+
+Metrics follow Iceberg's defaults (``write.metadata.metrics.default`` =
+``truncate(16)``): value, null and NaN counts per leaf column, lower/upper bounds
+(strings and binary truncated to 16 units, upper bounds rounded up so they stay
+valid), column sizes and row-group split offsets. Repeated (list/map) columns get
+counts and sizes but no bounds, as in Iceberg Java.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import decimal
+import math
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from commit.io import FileIO
+from commit.spec.data_file import DataFile, FileContent
+from commit.spec.schema import Schema
+from commit.spec.types import ListType, MapType, NestedField, PrimitiveType, StructType
+from commit.spec.values import to_bytes, truncate_lower_bound, truncate_upper_bound
+from ingest.write.arrow_schema import schema_to_arrow
+
+TRUNCATE_WIDTH = 16
+_EPOCH_DATE = _dt.date(1970, 1, 1)
+
+
+def _leaves(fields: tuple[NestedField, ...], path: tuple[str, ...], repeated: bool):
+    for f in fields:
+        p = path + (f.name,)
+        t = f.field_type
+        if isinstance(t, StructType):
+            yield from _leaves(t.fields, p, repeated)
+        elif isinstance(t, ListType):
+            yield from _leaves((t.element_field,), p + ("list",), True)
+        elif isinstance(t, MapType):
+            yield from _leaves((t.key_field, t.value_field), p + ("key_value",), True)
+        else:
+            yield p, f, repeated
+
+
+def _to_internal(t: PrimitiveType, v: Any) -> Any:
+    if isinstance(v, _dt.datetime):
+        base = _dt.datetime(1970, 1, 1, tzinfo=v.tzinfo)
+        d = v - base
+        return (d.days * 86_400 + d.seconds) * 1_000_000 + d.microseconds
+    if isinstance(v, _dt.date):
+        return (v - _EPOCH_DATE).days
+    if isinstance(v, _dt.time):
+        return ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
+    if t.name == "decimal" and not isinstance(v, decimal.Decimal):
+        return decimal.Decimal(v)
+    return v
+
+
+def _column(table: pa.Table, path: tuple[str, ...]) -> pa.ChunkedArray | None:
+    if "list" in path or "key_value" in path:
+        return None
+    col: Any = table.column(path[0])
+    for name in path[1:]:
+        col = pc.struct_field(col, name)
+    return col
+
+
+def write_data_file(
+    io: FileIO,
+    location: str,
+    table: pa.Table,
+    schema: Schema,
+    *,
+    partition: tuple[Any, ...] = (),
+    spec_id: int = 0,
+    row_group_size: int = 1 << 20,
+    compression: str = "zstd",
+) -> DataFile:
+    arrow_schema = schema_to_arrow(schema)
+    table = table.select(arrow_schema.names).cast(arrow_schema)
+    fs, path = io._fs(location)
+    parent = path.rsplit("/", 1)[0]
+    fs.create_dir(parent, recursive=True)
+    with fs.open_output_stream(path) as sink:
+        writer = pq.ParquetWriter(sink, arrow_schema, compression=compression,
+                                  write_statistics=False)
+        writer.write_table(table, row_group_size=row_group_size)
+        writer.close()
+        size = sink.tell()
+    md = writer.metadata if hasattr(writer, "metadata") else None
+    return _data_file(location, table, schema, md, size, partition, spec_id)
+
+
+def _data_file(location: str, table: pa.Table, schema: Schema, md: Any, size: int,
+               partition: tuple[Any, ...], spec_id: int) -> DataFile:
+    column_sizes: dict[int, int] = {}
+    split_offsets: list[int] = []
+    if md is not None:
+        for rg in range(md.num_row_groups):
+            group = md.row_group(rg)
+            first = group.column(0)
+            split_offsets.append(first.dictionary_page_offset or first.data_page_offset)
+            for c in range(group.num_columns):
+                col = group.column(c)
+                fid = _field_id_of_path(schema, col.path_in_schema)
+                if fid is not None:
+                    column_sizes[fid] = column_sizes.get(fid, 0) + col.total_compressed_size
+    value_counts: dict[int, int] = {}
+    null_counts: dict[int, int] = {}
+    nan_counts: dict[int, int] = {}
+    lower: dict[int, bytes] = {}
+    upper: dict[int, bytes] = {}
+    for path, f, repeated in _leaves(schema.fields, (), False):
+        col = _column(table, path)
+        if col is None:
+            continue
+        t = f.field_type
+        assert isinstance(t, PrimitiveType)
+        value_counts[f.field_id] = len(col)
+        null_counts[f.field_id] = col.null_count
+        valid = col
+        if t.name in ("float", "double"):
+            nans = pc.sum(pc.is_nan(col)).as_py() or 0
+            nan_counts[f.field_id] = nans
+            if nans:
+                valid = pc.filter(col, pc.invert(pc.is_nan(col)))
+        if repeated or len(valid) - valid.null_count == 0 or t.name == "unknown":
+            continue
+        mm = pc.min_max(valid)
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        if lo is None:
+            continue
+        lo, hi = _to_internal(t, lo), _to_internal(t, hi)
+        if t.name in ("float", "double") and (math.isnan(lo) or math.isnan(hi)):
+            continue
+        if t.name in ("string", "binary"):
+            if t.name == "string":  # Iceberg orders strings by UTF-8 bytes
+                values = [v for v in valid.to_pylist() if v is not None]
+                lo = min(values, key=lambda s: s.encode("utf-8"))
+                hi = max(values, key=lambda s: s.encode("utf-8"))
+            lo = truncate_lower_bound(t, lo, TRUNCATE_WIDTH)
+            hi = truncate_upper_bound(t, hi, TRUNCATE_WIDTH)
+        lower[f.field_id] = to_bytes(t, lo)
+        if hi is not None:
+            upper[f.field_id] = to_bytes(t, hi)
+    return DataFile(
+        content=FileContent.DATA, file_path=location, file_format="PARQUET",
+        partition=tuple(partition), record_count=table.num_rows, file_size_in_bytes=size,
+        column_sizes=column_sizes, value_counts=value_counts, null_value_counts=null_counts,
+        nan_value_counts=nan_counts or None, lower_bounds=lower, upper_bounds=upper,
+        split_offsets=tuple(sorted(split_offsets)) or None, spec_id=spec_id,
+    )
+
+
+def _field_id_of_path(schema: Schema, dotted: str) -> int | None:
+    parts = tuple(dotted.split("."))
+    for path, f, _ in _leaves(schema.fields, (), False):
+        if ".".join(path) == ".".join(parts) or _strip_element(parts) == path:
+            return f.field_id
+    return None
+
+
+def _strip_element(parts: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(p for p in parts if p != "element")

@@ -157,3 +157,24 @@ class FileAlreadyExistsError(Terminal):
     def __init__(self, location: str) -> None:
         self.location = location
         super().__init__(f"{location}: already exists")
+
+
+class FileNotFoundInTableError(Terminal):
+    """A location the caller (or the table's metadata) names does not exist.
+
+    Not a ``FileIOError``: retrying will not make the file appear.
+    """
+
+    def __init__(self, location: str, detail: str = "") -> None:
+        self.location = location
+        super().__init__(f"{location}: no such file" + (f" ({detail})" if detail else ""))
+
+
+class InvalidLocationError(Terminal):
+    """A location that is not an absolute URI of a supported scheme, or that does not fit
+    the layout a catalog needs (e.g. not the next ``v<N>.metadata.json``)."""
+
+
+class InvalidIdentifierError(CatalogError, Terminal):
+    """A namespace or table identifier that cannot be stored (empty, or a part the
+    catalog cannot represent)."""

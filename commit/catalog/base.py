@@ -1,81 +1,220 @@
-"""The catalog contract the commit loop relies on."""
+"""The catalog contract: namespaces, table entries, and the atomic metadata swap.
+
+A catalog stores, per table, the location of its current metadata file, and swaps it
+atomically: a commit names the location it started from (``expected``) and succeeds
+only if that is still current. It never parses metadata JSON.
+
+Identifiers are tuples: a namespace is ``("a", "b")`` (stored dotted, ``"a.b"``, as
+pyiceberg and Iceberg's JDBC catalog store it), a table is the namespace plus its
+name, ``("a", "b", "events")``. Parts may not be empty or contain ``.``.
+
+How a commit lands (``commit_metadata``), in both implementations:
+
+* ``SqlCatalog``: the new metadata is written to a fresh unique file, then the catalog
+  row is swapped with ``UPDATE ... WHERE metadata_location = :expected``.
+* ``FilesystemCatalog``: the exclusive creation of the next version file
+  ``v<N+1>.metadata.json`` *is* the swap; there is no pointer to move.
+
+Outcomes: return = committed; ``CommitSwapLostError`` = certainly not committed
+(someone else moved the table); ``CatalogUnavailableError`` = certainly not committed,
+try again later; ``CommitStateUnknownError`` = may or may not have committed: read the
+catalog before doing anything else, and never delete the new file.
+"""
 
 from __future__ import annotations
 
 import abc
-import uuid
-from typing import Mapping
+import os
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
-from commit.spec.metadata import TableMetadata
+from commit.errors import InvalidIdentifierError, NamespaceAlreadyExistsError
+from commit.io import FileIO
+
+if TYPE_CHECKING:
+    from commit.catalog.faults import FaultPlan
+    from commit.spec.metadata import TableMetadata
 
 TableIdent = tuple[str, ...]  # namespace parts + table name
+Namespace = tuple[str, ...]
+
+# Iceberg's metadata file names: Java and pyiceberg's "00001-<uuid>.metadata.json",
+# the filesystem (Hadoop) catalog's "v1.metadata.json".
+_SEQUENCED_NAME = re.compile(r"^(\d+)-.*\.metadata\.json$")
+_VERSION_NAME = re.compile(r"^v(\d+)(?:\.gz)?\.metadata\.json$")
+
+
+def check_namespace(namespace: Namespace) -> Namespace:
+    if isinstance(namespace, str) or not namespace:
+        raise InvalidIdentifierError(f"namespace must be a non-empty tuple, got {namespace!r}")
+    for part in namespace:
+        if not isinstance(part, str) or not part or "." in part:
+            raise InvalidIdentifierError(
+                f"namespace part {part!r} in {namespace!r}: must be a non-empty string without '.'"
+            )
+    return tuple(namespace)
+
+
+def check_ident(ident: TableIdent) -> TableIdent:
+    if isinstance(ident, str) or len(ident) < 2:
+        raise InvalidIdentifierError(f"table identifier needs a namespace and a name: {ident!r}")
+    check_namespace(tuple(ident[:-1]))
+    name = ident[-1]
+    if not isinstance(name, str) or not name:
+        raise InvalidIdentifierError(f"table name {name!r} in {ident!r} must be non-empty")
+    return tuple(ident)
+
+
+def namespace_to_string(namespace: Namespace) -> str:
+    return ".".join(check_namespace(namespace))
+
+
+def namespace_from_string(text: str) -> Namespace:
+    return tuple(text.split("."))
 
 
 def split_ident(ident: TableIdent) -> tuple[str, str]:
-    if len(ident) < 2:
-        raise ValueError(f"table identifier needs a namespace and a name, got {ident!r}")
+    """(dotted namespace, table name), as the SQL catalog tables store them."""
+    ident = check_ident(ident)
     return ".".join(ident[:-1]), ident[-1]
 
 
 def parse_ident(text: str) -> TableIdent:
-    return tuple(text.split("."))
+    """``"a.b.events"`` -> ``("a", "b", "events")``."""
+    return check_ident(tuple(text.split(".")))
+
+
+def ident_name(ident: TableIdent) -> str:
+    return ".".join(ident)
+
+
+def parse_metadata_version(location: str) -> int:
+    """The version in a metadata file name (``00042-<uuid>.metadata.json`` or
+    ``v42.metadata.json``), or -1 if the name has none."""
+    name = location.rsplit("/", 1)[-1]
+    match = _SEQUENCED_NAME.match(name) or _VERSION_NAME.match(name)
+    return int(match.group(1)) if match else -1
+
+
+def table_location_of(metadata_location: str) -> str:
+    """``<table>/metadata/<file>`` -> ``<table>``."""
+    directory = os.path.dirname(metadata_location)
+    return os.path.dirname(directory) if os.path.basename(directory) == "metadata" else directory
 
 
 class Catalog(abc.ABC):
+    """Where each table's current metadata location lives; see the module docstring."""
+
     name: str
-    warehouse: str
+    warehouse: str | None
+    io: FileIO
+    fault_plan: FaultPlan | None
 
     # ------------------------------------------------------------ namespaces
-    @abc.abstractmethod
-    def create_namespace(self, namespace: tuple[str, ...],
-                         properties: Mapping[str, str] | None = None) -> None: ...
 
     @abc.abstractmethod
-    def list_namespaces(self) -> list[tuple[str, ...]]: ...
+    def create_namespace(
+        self, namespace: Namespace, properties: Mapping[str, str] | None = None
+    ) -> None:
+        """Create a namespace (``NamespaceAlreadyExistsError`` if it exists)."""
 
     @abc.abstractmethod
-    def drop_namespace(self, namespace: tuple[str, ...]) -> None: ...
-
-    def create_namespace_if_missing(self, namespace: tuple[str, ...]) -> None:
-        if namespace not in self.list_namespaces():
-            from commit.errors import NamespaceAlreadyExistsError
-
-            try:
-                self.create_namespace(namespace)
-            except NamespaceAlreadyExistsError:
-                pass  # created concurrently
-
-    # ------------------------------------------------------------ tables
-    @abc.abstractmethod
-    def list_tables(self, namespace: tuple[str, ...]) -> list[TableIdent]: ...
+    def list_namespaces(self, parent: Namespace = ()) -> list[Namespace]:
+        """The namespaces directly below ``parent`` (top level by default), sorted."""
 
     @abc.abstractmethod
-    def load_metadata_location(self, ident: TableIdent) -> str: ...
+    def namespace_exists(self, namespace: Namespace) -> bool: ...
 
     @abc.abstractmethod
-    def create_table(self, ident: TableIdent, table_location: str, metadata: bytes) -> str:
-        """Write the first metadata file and register the table; its location."""
+    def namespace_properties(self, namespace: Namespace) -> dict[str, str]:
+        """Stored properties (``NoSuchNamespaceError`` if the namespace is absent)."""
 
     @abc.abstractmethod
-    def drop_table(self, ident: TableIdent) -> None: ...
+    def drop_namespace(self, namespace: Namespace) -> None:
+        """Drop an empty namespace (``NamespaceNotEmptyError`` if it holds tables)."""
+
+    def create_namespace_if_missing(
+        self, namespace: Namespace, properties: Mapping[str, str] | None = None
+    ) -> None:
+        if self.namespace_exists(namespace):
+            return
+        try:
+            self.create_namespace(namespace, properties)
+        except NamespaceAlreadyExistsError:
+            pass  # created concurrently
+
+    # ------------------------------------------------------------ table entries
+
+    @abc.abstractmethod
+    def list_tables(self, namespace: Namespace) -> list[TableIdent]:
+        """Tables directly in ``namespace``, sorted (``NoSuchNamespaceError``)."""
+
+    @abc.abstractmethod
+    def create_table_entry(self, ident: TableIdent, metadata_location: str) -> None:
+        """Register a table whose metadata file is already written
+        (``TableAlreadyExistsError``, ``NoSuchNamespaceError``)."""
+
+    def register_table(self, ident: TableIdent, metadata_location: str) -> None:
+        self.create_table_entry(ident, metadata_location)
+
+    @abc.abstractmethod
+    def load_metadata_location(self, ident: TableIdent) -> str:
+        """The current metadata location (``NoSuchTableError``)."""
+
+    def table_exists(self, ident: TableIdent) -> bool:
+        from commit.errors import NoSuchTableError
+
+        try:
+            self.load_metadata_location(ident)
+        except NoSuchTableError:
+            return False
+        return True
+
+    @abc.abstractmethod
+    def drop_table_entry(self, ident: TableIdent) -> None:
+        """Forget a table (``NoSuchTableError``); see each catalog for what happens to
+        its files."""
+
+    def drop_table(self, ident: TableIdent) -> None:
+        self.drop_table_entry(ident)
 
     @abc.abstractmethod
     def rename_table(self, src: TableIdent, dst: TableIdent) -> None: ...
 
+    @abc.abstractmethod
     def default_table_location(self, ident: TableIdent) -> str:
-        return "/".join([self.warehouse.rstrip("/"), *ident[:-1], ident[-1]])
+        """Where a new table's files go when the caller names no location."""
 
-    # ------------------------------------------------------------ commits
-    def new_metadata_location(self, ident: TableIdent, current: str,
-                              metadata: TableMetadata) -> str:
-        """A fresh, never-used location for the next metadata file."""
-        version = metadata.last_sequence_number
-        return (f"{metadata.location}/metadata/{len(metadata.metadata_log):05d}-"
-                f"{uuid.uuid4()}.metadata.json") if version >= 0 else ""
+    # ------------------------------------------------------------ metadata and commits
 
     @abc.abstractmethod
-    def commit_metadata(self, ident: TableIdent, expected: str, new_location: str,
-                        metadata: bytes) -> None:
-        """Atomically make ``new_location`` (holding ``metadata``) current if ``expected``
-        still is. Raises ``CommitSwapLostError`` when it is not (nothing changed) and
-        ``CommitStateUnknownError`` when the outcome cannot be known."""
+    def create_table(self, ident: TableIdent, table_location: str, metadata: bytes) -> str:
+        """Write the first metadata file (already serialized) and register the table;
+        returns its location."""
+
+    @abc.abstractmethod
+    def new_metadata_location(
+        self, ident: TableIdent, current: str, metadata: TableMetadata | None = None
+    ) -> str:
+        """The location the commit after ``current`` must write its metadata to.
+        ``metadata`` (the new metadata) supplies the table location and
+        ``write.metadata.path`` where a catalog honours them."""
+
+    @abc.abstractmethod
+    def commit_metadata(
+        self, ident: TableIdent, expected: str, new_location: str, metadata: bytes
+    ) -> None:
+        """Make ``new_location`` (from ``new_metadata_location``), holding ``metadata``,
+        the table's current metadata if ``expected`` still is. Outcomes: see the module
+        docstring. On a clean loss the new file is removed; after an unknown outcome it
+        is kept."""
+
+    @abc.abstractmethod
+    def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
+        """Atomic check-and-put of an already written metadata file's location."""
+
+    # ------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Release connections; the catalog must not be used afterwards."""

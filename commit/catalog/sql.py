@@ -1,24 +1,74 @@
-"""SQL catalog on SQLite (embedded default) or PostgreSQL, sharing its tables with
-Iceberg's JDBC catalog and pyiceberg's SqlCatalog.
+"""SQL catalog on SQLite (embedded default) or PostgreSQL, in the very tables Iceberg's JDBC
+catalog and pyiceberg's ``SqlCatalog`` use, so those engines open the same tables.
 
-The commit is a check-and-put: ``UPDATE iceberg_tables SET metadata_location = :new,
-previous_metadata_location = :old WHERE ... AND metadata_location = :old``; it
-counts only if exactly one row changed.
+Tables (created if missing, with pyiceberg 0.12's column types): ``iceberg_tables``
+(catalog_name, table_namespace, table_name: VARCHAR(255) primary key; metadata_location,
+previous_metadata_location: VARCHAR(1000); iceberg_type: VARCHAR(5), ``'TABLE'`` for
+tables, ``'VIEW'`` rows written by other engines are ignored) and
+``iceberg_namespace_properties`` (catalog_name, namespace, property_key: VARCHAR(255)
+primary key; property_value: VARCHAR(1000) not null). A database without
+``iceberg_type`` (the older JDBC schema) is used as it is, never altered.
+
+A namespace exists if it, or a namespace below it, has a property row or a table;
+creating one writes ``exists = true`` plus the given properties.
+
+The swap is ``UPDATE iceberg_tables SET metadata_location = :new,
+previous_metadata_location = :expected WHERE <table> AND metadata_location = :expected``
+in its own explicit transaction, and counts only if exactly one row changed. Nothing is
+durable before COMMIT, so a failure before it means "not committed"
+(``CatalogUnavailableError``) and only a failure of the COMMIT itself is
+``CommitStateUnknownError``, except where the database says it rolled back.
+
+SQLite: one connection per operation (``NullPool``), a busy timeout (30 s by default)
+and ``BEGIN IMMEDIATE`` for writes, so concurrent writers from many processes queue for
+the write lock instead of failing; a lock still not granted after the timeout is
+``CatalogUnavailableError``. Engines are per process: a catalog used after ``fork``
+drops the parent's pooled connections.
 """
 
 from __future__ import annotations
 
-import threading
-from typing import Any, Callable, Mapping
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy import exc as sa_exc
 
-from commit.catalog.base import Catalog, TableIdent, split_ident
+from commit import faults as global_faults
+from commit.catalog.base import (
+    Catalog,
+    Namespace,
+    TableIdent,
+    check_ident,
+    ident_name,
+    namespace_from_string,
+    namespace_to_string,
+    parse_metadata_version,
+    split_ident,
+    table_location_of,
+)
+from commit.catalog.faults import FaultPlan, SwapHook, guarded_swap
+from commit.catalog.sql_database import (
+    ICEBERG_TABLES,
+    NAMESPACE_PROPERTIES,
+    SCHEMA,
+    UNAVAILABLE_ERRORS,
+    commit_was_rolled_back,
+    create_engine,
+    describe_error,
+)
 from commit.errors import (
+    CalvingError,
+    CatalogError,
     CatalogUnavailableError,
     CommitStateUnknownError,
     CommitSwapLostError,
+    ConfigError,
+    InvalidLocationError,
     NamespaceAlreadyExistsError,
     NamespaceNotEmptyError,
     NoSuchNamespaceError,
@@ -27,241 +77,434 @@ from commit.errors import (
 )
 from commit.io import FileIO, to_uri
 
-ICEBERG_TYPE = "TABLE"
+if TYPE_CHECKING:
+    from commit.spec.metadata import TableMetadata
 
-_meta = sa.MetaData()
-iceberg_tables = sa.Table(
-    "iceberg_tables", _meta,
-    sa.Column("catalog_name", sa.String(255), primary_key=True, nullable=False),
-    sa.Column("table_namespace", sa.String(255), primary_key=True, nullable=False),
-    sa.Column("table_name", sa.String(255), primary_key=True, nullable=False),
-    sa.Column("metadata_location", sa.String(1000), nullable=True),
-    sa.Column("previous_metadata_location", sa.String(1000), nullable=True),
-    sa.Column("iceberg_type", sa.String(5), nullable=True),
-)
-namespace_properties = sa.Table(
-    "iceberg_namespace_properties", _meta,
-    sa.Column("catalog_name", sa.String(255), primary_key=True, nullable=False),
-    sa.Column("namespace", sa.String(255), primary_key=True, nullable=False),
-    sa.Column("property_key", sa.String(255), primary_key=True, nullable=False),
-    sa.Column("property_value", sa.String(1000), nullable=False),
-)
+log = logging.getLogger(__name__)
 
-# Test hook: called with ("before"|"after", ident) around the swap statement.
-SwapHook = Callable[[str, TableIdent], None]
+TABLE_TYPE = "TABLE"
+NAMESPACE_EXISTS_PROPERTY = "exists"
+NAMESPACE_LOCATION_PROPERTY = "location"
+DEFAULT_SQLITE_BUSY_TIMEOUT_S = 30.0
+
+_T = ICEBERG_TABLES.c
+_P = NAMESPACE_PROPERTIES.c
+_R = TypeVar("_R")
 
 
 class SqlCatalog(Catalog):
-    def __init__(self, name: str, uri: str, warehouse: str, io: FileIO | None = None) -> None:
+    """``SqlCatalog("prod", "sqlite:////var/lib/calving/catalog.db", "file:///data/wh")``
+    or ``SqlCatalog("prod", "postgresql+psycopg://user@host/db", "s3://bucket/wh")``."""
+
+    def __init__(
+        self,
+        name: str,
+        uri: str,
+        warehouse: str | None = None,
+        *,
+        io: FileIO | None = None,
+        fault_plan: FaultPlan | None = None,
+        sqlite_busy_timeout_s: float = DEFAULT_SQLITE_BUSY_TIMEOUT_S,
+        create_tables: bool = True,
+    ) -> None:
+        if not name or len(name) > 255:
+            raise ConfigError(f"catalog name must be 1-255 characters, got {name!r}")
         self.name = name
         self.uri = uri
-        self.warehouse = to_uri(warehouse.rstrip("/"))
+        self.warehouse = to_uri(warehouse).rstrip("/") if warehouse else None
         self.io = io or FileIO()
+        self.fault_plan = fault_plan
         self.swap_hook: SwapHook | None = None
-        kwargs: dict[str, Any] = {}
-        if uri.startswith("sqlite"):
-            kwargs["connect_args"] = {"timeout": 60}
-            kwargs["poolclass"] = sa.pool.NullPool
-        else:
-            kwargs["pool_pre_ping"] = True
-        self.engine = sa.create_engine(uri, **kwargs)
-        if uri.startswith("sqlite"):
-            sa.event.listen(self.engine, "connect", _sqlite_on_connect)
-            sa.event.listen(self.engine, "begin", _sqlite_begin_immediate)
-        self._init_lock = threading.Lock()
-        self._create_schema()
+        self._url = sa.engine.make_url(uri)
+        self._pid = os.getpid()
+        self.engine = create_engine(self._url, sqlite_busy_timeout_s)
+        self._has_type_column = True
+        if create_tables:
+            self._create_tables()
+        self._has_type_column = self._probe_type_column()
 
-    def _create_schema(self) -> None:
-        try:
-            _meta.create_all(self.engine, checkfirst=True)
-        except (IntegrityError, OperationalError):
-            _meta.create_all(self.engine, checkfirst=True)  # lost a creation race; recheck
-        try:
-            with self.engine.begin() as c:
-                c.execute(sa.text("SELECT iceberg_type FROM iceberg_tables LIMIT 0"))
-        except OperationalError:
-            with self.engine.begin() as c:  # a v0 JDBC schema: add the column as pyiceberg does
-                c.execute(sa.text("ALTER TABLE iceberg_tables ADD COLUMN iceberg_type VARCHAR(5)"))
+    def __repr__(self) -> str:
+        shown = self._url.render_as_string(hide_password=True)
+        return f"SqlCatalog({self.name!r}, {shown!r}, warehouse={self.warehouse!r})"
 
-    def _where(self, ident: TableIdent) -> Any:
-        ns, name = split_ident(ident)
-        t = iceberg_tables.c
-        return sa.and_(t.catalog_name == self.name, t.table_namespace == ns, t.table_name == name,
-                       sa.or_(t.iceberg_type == ICEBERG_TYPE, t.iceberg_type.is_(None)))
+    def close(self) -> None:
+        self.engine.dispose()
 
-    def _run(self, fn: Callable[[sa.Connection], Any]) -> Any:
+    # ------------------------------------------------------------ engine
+
+    @contextlib.contextmanager
+    def _connect(self, *, write: bool) -> Iterator[sa.Connection]:
+        if os.getpid() != self._pid:  # forked: never share the parent's connections
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
+        with self.engine.connect() as conn:
+            if write:
+                conn = conn.execution_options(calving_write=True)
+            yield conn
+
+    def _read(self, action: str, fn: Callable[[sa.Connection], _R]) -> _R:
+        with self._db_errors(action), self._connect(write=False) as conn:
+            return fn(conn)
+
+    def _write(self, action: str, fn: Callable[[sa.Connection], _R]) -> _R:
+        with self._db_errors(action), self._connect(write=True) as conn, conn.begin():
+            return fn(conn)
+
+    @contextlib.contextmanager
+    def _db_errors(self, action: str) -> Iterator[None]:
         try:
-            with self.engine.begin() as c:
-                return fn(c)
-        except OperationalError as exc:
-            raise CatalogUnavailableError(f"catalog {self.name}: {exc.orig}") from None
+            yield
+        except CalvingError:
+            raise
+        except UNAVAILABLE_ERRORS as err:
+            raise CatalogUnavailableError(
+                f"catalog {self.name}: {action}: {describe_error(err)}"
+            ) from err
+        except sa_exc.SQLAlchemyError as err:
+            raise CatalogError(f"catalog {self.name}: {action}: {describe_error(err)}") from err
+
+    def _create_tables(self) -> None:
+        for attempt in range(3):
+            try:
+                self._write(
+                    "create catalog tables", lambda c: SCHEMA.create_all(c, checkfirst=True)
+                )
+                return
+            except CatalogError:
+                # Another process created them between our check and our CREATE.
+                if attempt == 2:
+                    raise
+
+    def _probe_type_column(self) -> bool:
+        try:
+            with self._connect(write=False) as conn:
+                conn.execute(sa.text("SELECT iceberg_type FROM iceberg_tables WHERE 1 = 0"))
+            return True
+        except (sa_exc.OperationalError, sa_exc.ProgrammingError):
+            return False
+
+    def _is_table(self) -> Any:
+        if not self._has_type_column:
+            return sa.true()
+        return sa.or_(_T.iceberg_type == TABLE_TYPE, _T.iceberg_type.is_(None))
+
+    def _table_row(self, ident: TableIdent) -> Any:
+        namespace, name = split_ident(ident)
+        return sa.and_(
+            _T.catalog_name == self.name,
+            _T.table_namespace == namespace,
+            _T.table_name == name,
+            self._is_table(),
+        )
 
     # ------------------------------------------------------------ namespaces
-    def _namespace_exists(self, c: sa.Connection, ns: str) -> bool:
-        p = namespace_properties.c
-        if c.execute(sa.select(p.namespace).where(p.catalog_name == self.name,
-                                                  p.namespace == ns).limit(1)).first():
-            return True
-        t = iceberg_tables.c
-        return c.execute(sa.select(t.table_name).where(
-            t.catalog_name == self.name, t.table_namespace == ns).limit(1)).first() is not None
 
-    def create_namespace(self, namespace: tuple[str, ...],
-                         properties: Mapping[str, str] | None = None) -> None:
-        ns = ".".join(namespace)
+    def _namespaces_at_or_below(self, conn: sa.Connection, namespace: str) -> set[str]:
+        like = namespace.replace("!", "!!").replace("_", "!_").replace("%", "!%") + ".%"
+        found: set[str] = set()
+        for catalog_column, column in (
+            (_P.catalog_name, _P.namespace),
+            (_T.catalog_name, _T.table_namespace),
+        ):
+            rows = conn.execute(
+                sa.select(column)
+                .distinct()
+                .where(
+                    catalog_column == self.name,
+                    sa.or_(column == namespace, column.like(like, escape="!")),
+                )
+            )
+            # LIKE may be case-insensitive (SQLite): compare exactly here.
+            found |= {r[0] for r in rows if r[0] == namespace or r[0].startswith(namespace + ".")}
+        return found
 
-        def run(c: sa.Connection) -> None:
-            if self._namespace_exists(c, ns):
+    def _exists(self, conn: sa.Connection, namespace: str) -> bool:
+        return bool(self._namespaces_at_or_below(conn, namespace))
+
+    def namespace_exists(self, namespace: Namespace) -> bool:
+        ns = namespace_to_string(namespace)
+        return self._read("namespace exists", lambda c: self._exists(c, ns))
+
+    def create_namespace(
+        self, namespace: Namespace, properties: Mapping[str, str] | None = None
+    ) -> None:
+        ns = namespace_to_string(namespace)
+        props = {NAMESPACE_EXISTS_PROPERTY: "true", **dict(properties or {})}
+
+        def run(conn: sa.Connection) -> None:
+            if self._exists(conn, ns):
                 raise NamespaceAlreadyExistsError(f"namespace {ns} already exists")
-            props = {"exists": "true", **dict(properties or {})}
-            c.execute(namespace_properties.insert(), [
-                {"catalog_name": self.name, "namespace": ns, "property_key": k,
-                 "property_value": v} for k, v in props.items()])
+            conn.execute(
+                NAMESPACE_PROPERTIES.insert(),
+                [
+                    {
+                        "catalog_name": self.name,
+                        "namespace": ns,
+                        "property_key": k,
+                        "property_value": v,
+                    }
+                    for k, v in props.items()
+                ],
+            )
+
         try:
-            self._run(run)
-        except IntegrityError:
-            raise NamespaceAlreadyExistsError(f"namespace {ns} already exists") from None
+            self._write(f"create namespace {ns}", run)
+        except CatalogError as err:
+            if isinstance(err.__cause__, sa_exc.IntegrityError):
+                raise NamespaceAlreadyExistsError(f"namespace {ns} already exists") from None
+            raise
 
-    def list_namespaces(self) -> list[tuple[str, ...]]:
-        def run(c: sa.Connection) -> list[tuple[str, ...]]:
-            p, t = namespace_properties.c, iceberg_tables.c
-            a = {r[0] for r in c.execute(sa.select(p.namespace).where(p.catalog_name == self.name))}
-            b = {r[0] for r in c.execute(sa.select(t.table_namespace).where(
-                t.catalog_name == self.name))}
-            return sorted(tuple(n.split(".")) for n in a | b)
-        return self._run(run)
+    def list_namespaces(self, parent: Namespace = ()) -> list[Namespace]:
+        def run(conn: sa.Connection) -> list[Namespace]:
+            if parent and not self._exists(conn, namespace_to_string(parent)):
+                raise NoSuchNamespaceError(f"namespace {'.'.join(parent)} does not exist")
+            names = sa.union(
+                sa.select(_P.namespace).where(_P.catalog_name == self.name),
+                sa.select(_T.table_namespace).where(_T.catalog_name == self.name),
+            )
+            depth = len(parent) + 1
+            children = set()
+            for (text,) in conn.execute(names):
+                parts = namespace_from_string(text)
+                if len(parts) >= depth and parts[: depth - 1] == tuple(parent):
+                    children.add(parts[:depth])
+            return sorted(children)
 
-    def drop_namespace(self, namespace: tuple[str, ...]) -> None:
-        ns = ".".join(namespace)
+        return self._read("list namespaces", run)
 
-        def run(c: sa.Connection) -> None:
-            if not self._namespace_exists(c, ns):
+    def namespace_properties(self, namespace: Namespace) -> dict[str, str]:
+        ns = namespace_to_string(namespace)
+
+        def run(conn: sa.Connection) -> dict[str, str]:
+            if not self._exists(conn, ns):
                 raise NoSuchNamespaceError(f"namespace {ns} does not exist")
-            t = iceberg_tables.c
-            if c.execute(sa.select(t.table_name).where(t.catalog_name == self.name,
-                                                       t.table_namespace == ns)).first():
-                raise NamespaceNotEmptyError(f"namespace {ns} still has tables")
-            p = namespace_properties.c
-            c.execute(namespace_properties.delete().where(p.catalog_name == self.name,
-                                                           p.namespace == ns))
-        self._run(run)
+            rows = conn.execute(
+                sa.select(_P.property_key, _P.property_value).where(
+                    _P.catalog_name == self.name, _P.namespace == ns
+                )
+            )
+            return {k: v for k, v in rows}
 
-    # ------------------------------------------------------------ tables
-    def list_tables(self, namespace: tuple[str, ...]) -> list[TableIdent]:
-        ns = ".".join(namespace)
-        t = iceberg_tables.c
-        rows = self._run(lambda c: c.execute(sa.select(t.table_name).where(
-            t.catalog_name == self.name, t.table_namespace == ns,
-            sa.or_(t.iceberg_type == ICEBERG_TYPE, t.iceberg_type.is_(None)))).all())
-        return sorted((*namespace, r[0]) for r in rows)
+        return self._read(f"namespace properties of {ns}", run)
+
+    def drop_namespace(self, namespace: Namespace) -> None:
+        ns = namespace_to_string(namespace)
+
+        def run(conn: sa.Connection) -> None:
+            below = self._namespaces_at_or_below(conn, ns)
+            if not below:
+                raise NoSuchNamespaceError(f"namespace {ns} does not exist")
+            if below - {ns}:
+                raise NamespaceNotEmptyError(f"namespace {ns} has namespaces below it")
+            tables = conn.execute(
+                sa.select(sa.func.count()).where(
+                    _T.catalog_name == self.name, _T.table_namespace == ns
+                )
+            ).scalar_one()
+            if tables:
+                raise NamespaceNotEmptyError(f"namespace {ns} still has {tables} table(s)")
+            conn.execute(
+                NAMESPACE_PROPERTIES.delete().where(
+                    _P.catalog_name == self.name, _P.namespace == ns
+                )
+            )
+
+        self._write(f"drop namespace {ns}", run)
+
+    # ------------------------------------------------------------ table entries
+
+    def list_tables(self, namespace: Namespace) -> list[TableIdent]:
+        ns = namespace_to_string(namespace)
+
+        def run(conn: sa.Connection) -> list[TableIdent]:
+            if not self._exists(conn, ns):
+                raise NoSuchNamespaceError(f"namespace {ns} does not exist")
+            rows = conn.execute(
+                sa.select(_T.table_name).where(
+                    _T.catalog_name == self.name, _T.table_namespace == ns, self._is_table()
+                )
+            )
+            return sorted((*namespace, r[0]) for r in rows)
+
+        return self._read(f"list tables in {ns}", run)
 
     def load_metadata_location(self, ident: TableIdent) -> str:
-        t = iceberg_tables.c
-        row = self._run(lambda c: c.execute(sa.select(t.metadata_location).where(
-            self._where(ident))).first())
-        if row is None or row[0] is None:
-            raise NoSuchTableError(f"table {'.'.join(ident)} does not exist in catalog "
-                                   f"{self.name}")
+        row = self._read(
+            f"load {ident_name(ident)}",
+            lambda c: c.execute(
+                sa.select(_T.metadata_location).where(self._table_row(ident))
+            ).first(),
+        )
+        if row is None or not row[0]:
+            raise NoSuchTableError(f"table {ident_name(ident)} does not exist in {self.name}")
         return str(row[0])
 
-    def create_table(self, ident: TableIdent, table_location: str, metadata: bytes) -> str:
-        ns, name = split_ident(ident)
-        import uuid
+    def create_table_entry(self, ident: TableIdent, metadata_location: str) -> None:
+        namespace, name = split_ident(ident)
 
-        location = f"{table_location}/metadata/00000-{uuid.uuid4()}.metadata.json"
-        self.io.write(location, metadata)
+        def run(conn: sa.Connection) -> None:
+            if not self._exists(conn, namespace):
+                raise NoSuchNamespaceError(f"namespace {namespace} does not exist")
+            row = {
+                "catalog_name": self.name,
+                "table_namespace": namespace,
+                "table_name": name,
+                "metadata_location": metadata_location,
+                "previous_metadata_location": None,
+            }
+            if self._has_type_column:
+                row["iceberg_type"] = TABLE_TYPE
+            conn.execute(ICEBERG_TABLES.insert().values(**row))
 
-        def run(c: sa.Connection) -> None:
-            if not self._namespace_exists(c, ns):
-                raise NoSuchNamespaceError(f"namespace {ns} does not exist")
-            c.execute(iceberg_tables.insert().values(
-                catalog_name=self.name, table_namespace=ns, table_name=name,
-                metadata_location=location, previous_metadata_location=None,
-                iceberg_type=ICEBERG_TYPE))
         try:
-            self._run(run)
-        except IntegrityError:
-            self.io.delete(location)
-            raise TableAlreadyExistsError(f"table {'.'.join(ident)} already exists") from None
-        return location
+            self._write(f"create {ident_name(ident)}", run)
+        except CatalogError as err:
+            if isinstance(err.__cause__, sa_exc.IntegrityError):
+                raise TableAlreadyExistsError(f"table {ident_name(ident)} already exists") from None
+            raise
 
-    def register_table(self, ident: TableIdent, metadata_location: str) -> None:
-        ns, name = split_ident(ident)
-        try:
-            self._run(lambda c: c.execute(iceberg_tables.insert().values(
-                catalog_name=self.name, table_namespace=ns, table_name=name,
-                metadata_location=metadata_location, previous_metadata_location=None,
-                iceberg_type=ICEBERG_TYPE)))
-        except IntegrityError:
-            raise TableAlreadyExistsError(f"table {'.'.join(ident)} already exists") from None
+    def drop_table_entry(self, ident: TableIdent) -> None:
+        """Delete the catalog row; the table's files are left alone."""
 
-    def drop_table(self, ident: TableIdent) -> None:
-        res = self._run(lambda c: c.execute(iceberg_tables.delete().where(self._where(ident))))
-        if res.rowcount != 1:
-            raise NoSuchTableError(f"table {'.'.join(ident)} does not exist")
+        def run(conn: sa.Connection) -> None:
+            if conn.execute(ICEBERG_TABLES.delete().where(self._table_row(ident))).rowcount != 1:
+                raise NoSuchTableError(f"table {ident_name(ident)} does not exist")
+
+        self._write(f"drop {ident_name(ident)}", run)
 
     def rename_table(self, src: TableIdent, dst: TableIdent) -> None:
-        dns, dname = split_ident(dst)
+        """Rename the catalog row; files stay where they are (metadata holds their
+        absolute locations)."""
+        to_namespace, to_name = split_ident(dst)
 
-        def run(c: sa.Connection) -> None:
-            if not self._namespace_exists(c, dns):
-                raise NoSuchNamespaceError(f"namespace {dns} does not exist")
-            res = c.execute(iceberg_tables.update().where(self._where(src)).values(
-                table_namespace=dns, table_name=dname))
-            if res.rowcount != 1:
-                raise NoSuchTableError(f"table {'.'.join(src)} does not exist")
+        def run(conn: sa.Connection) -> None:
+            if not self._exists(conn, to_namespace):
+                raise NoSuchNamespaceError(f"namespace {to_namespace} does not exist")
+            changed = conn.execute(
+                ICEBERG_TABLES.update()
+                .where(self._table_row(src))
+                .values(table_namespace=to_namespace, table_name=to_name)
+            ).rowcount
+            if changed != 1:
+                raise NoSuchTableError(f"table {ident_name(src)} does not exist")
+
         try:
-            self._run(run)
-        except IntegrityError:
-            raise TableAlreadyExistsError(f"table {'.'.join(dst)} already exists") from None
+            self._write(f"rename {ident_name(src)}", run)
+        except CatalogError as err:
+            if isinstance(err.__cause__, sa_exc.IntegrityError):
+                raise TableAlreadyExistsError(f"table {ident_name(dst)} already exists") from None
+            raise
 
-    # ------------------------------------------------------------ commit
-    def commit_metadata(self, ident: TableIdent, expected: str, new_location: str,
-                        metadata: bytes) -> None:
-        from commit import faults
+    def default_table_location(self, ident: TableIdent) -> str:
+        """The namespace's ``location`` property + name, else
+        ``<warehouse>/<dotted namespace>/<name>`` (pyiceberg's convention)."""
+        namespace, name = split_ident(ident)
+        props = self.namespace_properties(tuple(ident[:-1]))
+        base = props.get(NAMESPACE_LOCATION_PROPERTY)
+        if base:
+            return f"{to_uri(base).rstrip('/')}/{name}"
+        if not self.warehouse:
+            raise ConfigError(f"catalog {self.name} has no warehouse: give a table location")
+        return f"{self.warehouse}/{namespace}/{name}"
 
+    # ------------------------------------------------------------ metadata and commits
+
+    def create_table(self, ident: TableIdent, table_location: str, metadata: bytes) -> str:
+        check_ident(ident)
+        location = (
+            f"{to_uri(table_location).rstrip('/')}/metadata/00000-{uuid.uuid4()}.metadata.json"
+        )
+        self.io.write(location, metadata)
+        try:
+            self.create_table_entry(ident, location)
+        except (TableAlreadyExistsError, NoSuchNamespaceError, CatalogUnavailableError):
+            self._discard(location)
+            raise
+        return location
+
+    def new_metadata_location(
+        self, ident: TableIdent, current: str, metadata: TableMetadata | None = None
+    ) -> str:
+        """``<metadata dir>/<5-digit version>-<uuid>.metadata.json``: the version after
+        ``current``'s (Iceberg's naming), made unique by the UUID."""
+        directory = None
+        if metadata is not None:
+            directory = metadata.properties.get("write.metadata.path") or (
+                metadata.location.rstrip("/") + "/metadata"
+            )
+        if directory is None:
+            directory = table_location_of(current) + "/metadata"
+        version = max(parse_metadata_version(current), -1) + 1
+        return f"{directory.rstrip('/')}/{version:05d}-{uuid.uuid4()}.metadata.json"
+
+    def commit_metadata(
+        self, ident: TableIdent, expected: str, new_location: str, metadata: bytes
+    ) -> None:
+        """Write ``metadata`` to ``new_location`` (a fresh unique name), then swap."""
         self.io.write(new_location, metadata)
-        faults.hit("after-metadata-file")
-        t = iceberg_tables.c
-        stmt = iceberg_tables.update().where(self._where(ident), t.metadata_location == expected) \
-            .values(metadata_location=new_location, previous_metadata_location=expected)
+        global_faults.hit("after-metadata-file")
         try:
-            conn = self.engine.connect()
-        except (OperationalError, DBAPIError) as exc:
-            raise CatalogUnavailableError(f"catalog {self.name}: {exc.orig}") from None
-        with conn:
-            if self.swap_hook:
-                self.swap_hook("before", ident)
-            try:
-                with conn.begin():
-                    rowcount = conn.execute(stmt).rowcount
-            except OperationalError as exc:
-                if _before_statement(exc):
-                    raise CatalogUnavailableError(f"catalog {self.name}: {exc.orig}") from None
+            self.swap_metadata_location(ident, expected, new_location)
+        except (CommitSwapLostError, CatalogUnavailableError, NoSuchTableError):
+            self._discard(new_location)  # certainly not committed: nobody refers to it
+            raise
+
+    def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
+        check_ident(ident)
+        if new == expected:
+            raise InvalidLocationError(f"{ident_name(ident)}: swap to the same location {new}")
+        guarded_swap(
+            self.fault_plan,
+            ident,
+            expected,
+            new,
+            lambda: self._check_and_put(ident, expected, new),
+            self.swap_hook,
+        )
+
+    def _check_and_put(self, ident: TableIdent, expected: str, new: str) -> None:
+        name = ident_name(ident)
+        stmt = (
+            ICEBERG_TABLES.update()
+            .where(self._table_row(ident), _T.metadata_location == expected)
+            .values(metadata_location=new, previous_metadata_location=expected)
+        )
+        committing = False
+        try:
+            with self._connect(write=True) as conn:
+                transaction = conn.begin()
+                if conn.execute(stmt).rowcount != 1:
+                    current = conn.execute(
+                        sa.select(_T.metadata_location).where(self._table_row(ident))
+                    ).first()
+                    transaction.rollback()
+                    if current is None:
+                        raise NoSuchTableError(f"table {name} does not exist in {self.name}")
+                    raise CommitSwapLostError(
+                        f"{name}: current metadata is {current[0]}, not {expected}"
+                    )
+                if self.fault_plan is not None and self.fault_plan.before_commit is not None:
+                    self.fault_plan.before_commit(conn)
+                committing = True
+                transaction.commit()
+        except CalvingError:
+            raise
+        except Exception as err:
+            if committing and not commit_was_rolled_back(err):
                 raise CommitStateUnknownError(
-                    f"commit of {'.'.join(ident)} to {new_location}: outcome unknown: "
-                    f"{exc.orig}") from None
-            except DBAPIError as exc:
-                raise CommitStateUnknownError(
-                    f"commit of {'.'.join(ident)} to {new_location}: outcome unknown: "
-                    f"{exc.orig}") from None
-            if self.swap_hook:
-                self.swap_hook("after", ident)
-        if rowcount != 1:
-            raise CommitSwapLostError(
-                f"{'.'.join(ident)}: metadata is no longer {expected}; another commit won")
+                    f"catalog {self.name}: swap of {name} to {new}: COMMIT failed, outcome "
+                    f"unknown: {describe_error(err)}"
+                ) from err
+            # Nothing was committed: the failure came before COMMIT, or COMMIT was refused.
+            message = f"catalog {self.name}: swap of {name} not made: {describe_error(err)}"
+            if committing or isinstance(err, UNAVAILABLE_ERRORS):
+                raise CatalogUnavailableError(message) from err
+            if isinstance(err, sa_exc.SQLAlchemyError):
+                raise CatalogError(message) from err
+            raise
 
-
-def _before_statement(exc: OperationalError) -> bool:
-    """SQLite lock errors are raised before anything changed: safe to treat as unavailable."""
-    text = str(exc.orig).lower()
-    return "database is locked" in text or "unable to open" in text
-
-
-def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
-    dbapi_conn.isolation_level = None  # let the "begin" hook issue BEGIN IMMEDIATE
-    dbapi_conn.execute("PRAGMA busy_timeout = 60000")
-
-
-def _sqlite_begin_immediate(conn: sa.Connection) -> None:
-    conn.exec_driver_sql("BEGIN IMMEDIATE")
+    def _discard(self, location: str) -> None:
+        try:
+            self.io.delete(location)
+        except CalvingError as err:
+            log.warning("could not delete uncommitted metadata file %s: %s", location, err)

@@ -90,7 +90,10 @@ def dv_blob_metadata(referenced_data_file: str, cardinality: int) -> dict[str, A
 def write_dv_puffin(
     dvs: Sequence[tuple[str, BitMap64 | Iterable[int]]], compress_footer: bool = False
 ) -> tuple[bytes, list[DVBlobRef]]:
-    """One Puffin file holding a DV per referenced data file, in the given order."""
+    """One Puffin file holding a DV per referenced data file, in the given order.
+
+    Empty position sets are refused: they delete nothing, and pyiceberg 0.12 fails to
+    read them."""
     seen: set[str] = set()
     writer = PuffinWriter()
     refs: list[DVBlobRef] = []
@@ -99,6 +102,8 @@ def write_dv_puffin(
             raise ValueError(f"two deletion vectors for data file {data_file!r}")
         seen.add(data_file)
         bitmap = to_positions(positions)
+        if not bitmap:
+            raise ValueError(f"empty deletion vector for data file {data_file!r}")
         blob = writer.add_blob(
             data=serialize_dv(bitmap), **dv_blob_metadata(data_file, len(bitmap))
         )
@@ -186,7 +191,8 @@ def _bitmap32_size(vector: bytes, position: int, key: int, source: str) -> tuple
     checks the header's cardinalities and offsets as well as the containers."""
     rest = memoryview(vector)[position:]
     try:
-        bitmap = BitMap.deserialize(rest)
+        # A view, not a copy: a blob with many keys must not cost quadratic time.
+        bitmap = BitMap.deserialize(rest)  # type: ignore[arg-type]
     except (ValueError, MemoryError) as exc:
         raise CorruptFileError(
             source, f"deletion vector bitmap for key {key} is malformed: {exc}"

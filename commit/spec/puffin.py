@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 import lz4.frame
 
@@ -306,7 +306,7 @@ def _parse_blob(obj: Any, index: int, source: str) -> BlobMetadata:
     fields = obj.get("fields")
     if not isinstance(fields, list) or not all(_is_int(f) for f in fields):
         raise CorruptFileError(source, f"{where} has no 'fields' list of ints")
-    ints = {}
+    ints: dict[str, int] = {}
     for key in ("snapshot-id", "sequence-number", "offset", "length"):
         value = obj.get(key)
         if not _is_int(value):
@@ -327,7 +327,7 @@ def _parse_blob(obj: Any, index: int, source: str) -> BlobMetadata:
     )
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[int]:
     # JSON true/false decode to bool, a subclass of int; they are not longs.
     return isinstance(value, int) and not isinstance(value, bool)
 

@@ -34,7 +34,9 @@ _LONG = struct.Struct("<q")
 _FLOAT = struct.Struct("<f")
 _DOUBLE = struct.Struct("<d")
 
-_LONG_LIKE = frozenset({"long", "time", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"})
+_LONG_LIKE = frozenset(
+    {"long", "time", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"}
+)
 _TIMESTAMPS = frozenset({"timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"})
 _MICROS_PER_DAY = 86_400_000_000
 # Precision 38 needs 16 bytes; a longer unscaled value cannot belong to any decimal type.

@@ -29,6 +29,7 @@ from commit.errors import (
     CommitSwapLostError,
     RetriesExhaustedError,
     StaleWriterError,
+    TableIdentityChangedError,
 )
 from commit.io import FileIO
 from commit.spec.metadata import TableMetadata, parse_metadata, serialize_metadata
@@ -137,11 +138,16 @@ def commit_action(
     *,
     io: FileIO,
     base: tuple[str, TableMetadata] | None = None,
+    expected_table_uuid: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> CommitOutcome:
-    """Commit ``action`` to the table; returns what happened as a value."""
+    """Commit ``action`` to the table; returns what happened as a value.
+
+    ``expected_table_uuid``: the UUID of the table the caller's files were written
+    for; a table dropped and recreated under the same name is refused.
+    """
     location, metadata = base if base is not None else load_metadata(catalog, io, ident)
-    table_uuid = metadata.table_uuid
+    table_uuid = expected_table_uuid or metadata.table_uuid
     policy = RetryPolicy.from_properties(metadata.properties)
     snapshot_id = new_snapshot_id()
     commit_id = str(uuid.uuid4())
@@ -217,7 +223,7 @@ def commit_action(
             # lost swap were still in flight, because at most one swap from base wins
             # and a later refresh finds the snapshot id.
             continue
-        except (CommitConflictError, StaleWriterError) as conflict:
+        except (CommitConflictError, StaleWriterError, TableIdentityChangedError) as conflict:
             _cleanup(io, written)
             return Conflicted(conflict, attempt)
         except CalvingError as err:

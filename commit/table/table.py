@@ -63,7 +63,8 @@ class Table:
 
     def commit(self, action: Action) -> CommitOutcome:
         """Commit starting from a fresh read of the catalog; keep the result as state."""
-        outcome = commit_action(self.catalog, self.ident, action, io=self.io)
+        outcome = commit_action(self.catalog, self.ident, action, io=self.io,
+                                expected_table_uuid=self.metadata.table_uuid)
         if isinstance(outcome, (Committed, Skipped)):
             self.metadata_location = outcome.metadata_location
             self.metadata = outcome.metadata

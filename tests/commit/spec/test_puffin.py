@@ -75,7 +75,7 @@ blob_specs = st.lists(
 )
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     blobs=blob_specs,
     compress_footer=st.booleans(),
@@ -125,7 +125,7 @@ def test_footer_json_is_compact_with_fixed_key_order() -> None:
     assert payload.startswith(b'{"blobs":[{"type":"t","fields":[7],"snapshot-id":5,')
     assert b'"compression-codec":"lz4","properties":{"k":"v"}}]' in payload
     assert payload.endswith(b',"properties":{"created-by":"' + CREATED_BY.encode() + b'","z":"1"}}')
-    assert b" " not in payload
+    assert b", " not in payload and b": " not in payload
 
 
 def test_writer_keeps_its_own_created_by() -> None:
@@ -160,7 +160,7 @@ def test_recorded_mixed_blobs_content() -> None:
 # ---------------------------------------------------------------- pyiceberg oracle
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(blobs=blob_specs)
 def test_pyiceberg_reads_our_files(
     blobs: list[tuple[str, bytes, list[int], int, int, dict[str, str], str | None]],
@@ -308,7 +308,7 @@ def mutate(data: bytes, mutation: tuple[str, int, int]) -> bytes:
     return data[:index] + data[index + 1 :]
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     name=st.sampled_from(sorted(PUFFIN_CASES)),
     mutation_list=st.lists(mutations, min_size=1, max_size=3),

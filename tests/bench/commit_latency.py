@@ -1,0 +1,136 @@
+"""Commit latency of a 10-file append at N existing snapshots: calving vs pyiceberg.
+
+Both commit the same kind of pre-written Parquet files to tables on the same SQLite
+catalog. calving writes format v3; pyiceberg (``add_files``, which registers files
+it did not write, and reads their footers) writes v2. Prints medians and ratios.
+
+    python -m tests.bench.commit_latency [--quick] [--sizes 10,100,1000] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from commit.catalog import SqlCatalog
+from commit.spec.schema import Schema
+from commit.spec.types import LONG, STRING, NestedField
+from commit.table.actions.fast_append import FastAppend
+from commit.table.table import Table, create_table
+from ingest.write.parquet_writer import write_data_file
+
+SCHEMA = Schema((NestedField(1, "id", LONG, required=True), NestedField(2, "name", STRING)))
+FILES_PER_COMMIT = 10
+
+
+def _arrow(n: int, start: int) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "name": [f"n{i}" for i in range(start, start + n)]})
+
+
+class CalvingSide:
+    name = "calving"
+
+    def __init__(self, catalog: SqlCatalog, root: str) -> None:
+        self.table = create_table(catalog, ("bench", f"calving_{uuid.uuid4().hex[:6]}"), SCHEMA)
+        self.root = root
+        self.counter = 0
+
+    def _files(self, n: int):
+        out = []
+        for _ in range(n):
+            self.counter += 1
+            loc = f"{self.table.metadata.location}/data/f{self.counter}.parquet"
+            out.append(write_data_file(self.table.io, loc, _arrow(10, self.counter * 10), SCHEMA))
+        return tuple(out)
+
+    def commit(self, n_files: int) -> float:
+        files = self._files(n_files)
+        t0 = time.perf_counter()
+        self.table.commit_or_raise(FastAppend(files))
+        return time.perf_counter() - t0
+
+
+class PyIcebergSide:
+    name = "pyiceberg"
+
+    def __init__(self, uri: str, warehouse: str) -> None:
+        from pyiceberg.catalog.sql import SqlCatalog as PyCatalog
+
+        self.catalog = PyCatalog("bench", uri=uri, warehouse=warehouse)
+        self.table = self.catalog.create_table(f"bench.py_{uuid.uuid4().hex[:6]}",
+                                               schema=_arrow(1, 0).schema)
+        self.dir = os.path.join(warehouse.replace("file://", ""), "pydata", uuid.uuid4().hex[:6])
+        os.makedirs(self.dir)
+        self.counter = 0
+
+    def commit(self, n_files: int) -> float:
+        paths = []
+        for _ in range(n_files):
+            self.counter += 1
+            p = os.path.join(self.dir, f"f{self.counter}.parquet")
+            pq.write_table(_arrow(10, self.counter * 10), p)
+            paths.append("file://" + p)
+        t0 = time.perf_counter()
+        self.table.add_files(paths)
+        return time.perf_counter() - t0
+
+
+def run(sizes: list[int], repeat: int) -> list[dict]:
+    tmp = tempfile.mkdtemp(prefix="calving-bench-")
+    uri = f"sqlite:///{tmp}/catalog.db"
+    catalog = SqlCatalog("bench", uri, f"{tmp}/warehouse")
+    catalog.create_namespace(("bench",))
+    sides = [CalvingSide(catalog, tmp), PyIcebergSide(uri, f"file://{tmp}/warehouse")]
+    results = []
+    for side in sides:
+        existing = 0
+        for size in sizes:
+            while existing < size:  # grow history with 1-file commits
+                side.commit(1)
+                existing += 1
+            samples = []
+            for _ in range(repeat):
+                samples.append(side.commit(FILES_PER_COMMIT))
+                existing += 1
+            results.append({"side": side.name, "snapshots": size,
+                            "median_ms": statistics.median(samples) * 1000})
+    return results
+
+
+def report(results: list[dict]) -> str:
+    by = {(r["side"], r["snapshots"]): r["median_ms"] for r in results}
+    sizes = sorted({r["snapshots"] for r in results})
+    lines = ["| existing snapshots | calving ms | pyiceberg ms | pyiceberg / calving |",
+             "|---:|---:|---:|---:|"]
+    for s in sizes:
+        c, p = by[("calving", s)], by[("pyiceberg", s)]
+        lines.append(f"| {s} | {c:.1f} | {p:.1f} | {p / c:.1f}x |")
+    first, last = sizes[0], sizes[-1]
+    lines.append("")
+    lines.append(f"calving growth {first}->{last} snapshots: "
+                 f"{by[('calving', last)] / by[('calving', first)]:.2f}x (goal <= 1.2x); "
+                 f"pyiceberg growth: {by[('pyiceberg', last)] / by[('pyiceberg', first)]:.2f}x")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="10 and 100 snapshots only")
+    ap.add_argument("--sizes", default=None)
+    ap.add_argument("--repeat", type=int, default=5)
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
+        [10, 100] if args.quick else [10, 100, 1000])
+    print(report(run(sizes, args.repeat)))
+
+
+if __name__ == "__main__":
+    main()

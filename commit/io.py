@@ -24,6 +24,7 @@ import io
 import os
 import uuid
 from collections.abc import Iterator, Mapping
+from types import TracebackType
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
@@ -68,7 +69,13 @@ class OutputStream(Protocol):
 
     def __enter__(self) -> Any: ...
 
-    def __exit__(self, *exc: object) -> Any: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+        /,
+    ) -> Any: ...
 
 
 # ---------------------------------------------------------------- location forms

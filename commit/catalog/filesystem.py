@@ -21,6 +21,8 @@ available here.
 
 Local filesystems only (object stores have no exclusive create here: use a SQL
 catalog). The filesystem must make ``link`` atomic, as local POSIX filesystems do.
+Version files must not be deleted while writers run: a writer whose check saw ``v<N>``
+could otherwise re-create a deleted ``v<N+1>`` below a newer version.
 """
 
 from __future__ import annotations

@@ -170,18 +170,26 @@ class SqlCatalog(Catalog):
                     "create catalog tables", lambda c: SCHEMA.create_all(c, checkfirst=True)
                 )
                 return
+            except CatalogUnavailableError:
+                raise
             except CatalogError:
                 # Another process created them between our check and our CREATE.
                 if attempt == 2:
                     raise
 
     def _probe_type_column(self) -> bool:
-        try:
-            with self._connect(write=False) as conn:
-                conn.execute(sa.text("SELECT iceberg_type FROM iceberg_tables WHERE 1 = 0"))
-            return True
-        except (sa_exc.OperationalError, sa_exc.ProgrammingError):
-            return False
+        """Whether ``iceberg_tables`` has ``iceberg_type`` (the JDBC catalog's newer schema)."""
+        probe = sa.text("SELECT iceberg_type FROM iceberg_tables WHERE 1 = 0")
+        with self._db_errors("open catalog tables"):
+            try:
+                with self._connect(write=False) as conn:
+                    conn.execute(probe)
+                return True
+            except sa_exc.DBAPIError as err:
+                orig = getattr(err, "orig", None)
+                if getattr(orig, "sqlstate", None) == "42703" or "no such column" in str(orig):
+                    return False
+                raise
 
     def _is_table(self) -> Any:
         if not self._has_type_column:

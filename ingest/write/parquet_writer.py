@@ -79,10 +79,7 @@ def write_data_file(
 ) -> DataFile:
     arrow_schema = schema_to_arrow(schema)
     table = table.select(arrow_schema.names).cast(arrow_schema)
-    fs, path = io._fs(location)
-    parent = path.rsplit("/", 1)[0]
-    fs.create_dir(parent, recursive=True)
-    with fs.open_output_stream(path) as sink:
+    with io.new_output_stream(location) as sink:
         writer = pq.ParquetWriter(sink, arrow_schema, compression=compression,
                                   write_statistics=False)
         writer.write_table(table, row_group_size=row_group_size)

@@ -10,7 +10,9 @@ import pytest
 from commit.catalog import FilesystemCatalog, SqlCatalog
 from commit.io import FileIO
 
-PG_ADMIN_URL = os.environ.get("CALVING_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+PG_ADMIN_URL = os.environ.get(
+    "CALVING_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
 
 
 def _pg_available() -> bool:
@@ -22,7 +24,7 @@ def _pg_available() -> bool:
             c.execute(sa.text("SELECT 1"))
         eng.dispose()
         return True
-    except Exception:
+    except (sa.exc.SQLAlchemyError, OSError):
         return False
 
 

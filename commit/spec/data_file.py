@@ -1,4 +1,10 @@
-"""The content of manifests and manifest lists, as plain frozen values."""
+"""The content of manifests and manifest lists, as plain frozen values.
+
+Partition tuples hold values in partition-spec field order, in calving's internal
+representation (see ``commit.spec.values``): ints for dates, times and timestamps,
+``Decimal``, ``uuid.UUID``, ``bytes`` for fixed and binary. Bounds are already
+single-value serialized bytes.
+"""
 
 from __future__ import annotations
 
@@ -29,31 +35,31 @@ class DataFile:
     content: FileContent
     file_path: str
     file_format: str  # PARQUET | AVRO | ORC | PUFFIN
-    partition: tuple[Any, ...]  # spec field order, internal value forms
+    partition: tuple[Any, ...]
     record_count: int
     file_size_in_bytes: int
     column_sizes: dict[int, int] | None = None
     value_counts: dict[int, int] | None = None
     null_value_counts: dict[int, int] | None = None
     nan_value_counts: dict[int, int] | None = None
-    lower_bounds: dict[int, bytes] | None = None  # single-value serialized
+    lower_bounds: dict[int, bytes] | None = None
     upper_bounds: dict[int, bytes] | None = None
     key_metadata: bytes | None = None
     split_offsets: tuple[int, ...] | None = None
     equality_ids: tuple[int, ...] | None = None
     sort_order_id: int | None = None
-    first_row_id: int | None = None
-    referenced_data_file: str | None = None
-    content_offset: int | None = None
-    content_size_in_bytes: int | None = None
-    spec_id: int = 0  # from the manifest, not stored per entry
+    first_row_id: int | None = None  # null for new data files: inherited on read
+    referenced_data_file: str | None = None  # deletion vectors: the data file they cover
+    content_offset: int | None = None  # deletion vectors: blob offset in the Puffin file
+    content_size_in_bytes: int | None = None  # deletion vectors: blob length
+    spec_id: int = 0  # not stored per entry: the manifest's partition-spec-id
 
 
 @dataclass(frozen=True)
 class ManifestEntry:
     status: EntryStatus
-    snapshot_id: int | None
-    sequence_number: int | None  # data sequence number; null = inherit
+    snapshot_id: int | None  # null = inherit the manifest's added_snapshot_id
+    sequence_number: int | None  # data sequence number; null (ADDED only) = inherit
     file_sequence_number: int | None
     data_file: DataFile
 
@@ -68,6 +74,9 @@ class FieldSummary:
 
 @dataclass(frozen=True)
 class ManifestFile:
+    """One manifest-list entry. Reading a v1 list, absent counts and sequence
+    numbers read as 0 and content as DATA."""
+
     manifest_path: str
     manifest_length: int
     partition_spec_id: int

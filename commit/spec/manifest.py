@@ -1,16 +1,31 @@
-"""Manifest files: write format version 3, read versions 1-3 (pure, bytes only)."""
+"""Manifest files: write format versions 1-3 (calving writes 3), read 1-3. Pure: bytes
+in, values out, and back byte for byte."""
 
 from __future__ import annotations
 
-import datetime as _dt
+import decimal as _decimal
 import json
 import uuid as _uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Sequence
+from typing import Any
 
-from commit.errors import CorruptFileError
-from commit.spec.avro_file import read_container, write_container
-from commit.spec.avro_schemas import manifest_entry_schema, partition_avro_type
+from commit.errors import CorruptFileError, SchemaError
+from commit.spec.avro_file import AvroContainer, read_container, write_container
+from commit.spec.avro_schemas import (
+    DATA_FILE_FIELD_ID,
+    DATA_FILE_FIELDS,
+    ENTRY_FIELDS,
+    FORMAT_VERSIONS,
+    PARTITION_FIELD_ID,
+    V1_BLOCK_SIZE,
+    RecordFields,
+    avro_name,
+    decimal_required_bytes,
+    iceberg_primitive,
+    manifest_entry_schema,
+    non_null,
+)
 from commit.spec.data_file import (
     DataFile,
     EntryStatus,
@@ -19,14 +34,34 @@ from commit.spec.data_file import (
     ManifestEntry,
     ManifestFile,
 )
-from commit.spec.types import PrimitiveType, StructType
+from commit.spec.types import NestedField, PrimitiveType, StructType
+from commit.spec.values import decimal_from_unscaled, unscaled_value
 
-_EPOCH = _dt.datetime(1970, 1, 1)
-_EPOCH_TZ = _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
+# What decoding a well-framed file with ill-fitting records can raise.
+_MALFORMED = (
+    SchemaError,
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+)
+_CONTENT_NAMES = {ManifestContent.DATA: "data", ManifestContent.DELETES: "deletes"}
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+_INT32_TYPES = frozenset({"int", "date"})
+_INT64_TYPES = frozenset(
+    {"long", "time", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"}
+)
 
 
 @dataclass(frozen=True)
 class Manifest:
+    """A decoded manifest. ``partition_type`` is the one given to ``read_manifest`` or
+    derived from the file's Avro schema; passing the fields back to ``write_manifest``
+    reproduces a calving-written file byte for byte."""
+
     format_version: int
     content: ManifestContent
     spec_id: int
@@ -34,67 +69,165 @@ class Manifest:
     partition_spec_json: str
     entries: tuple[ManifestEntry, ...]
     sync_marker: bytes
+    partition_type: StructType
 
 
-def _map_out(d: dict[int, Any] | None) -> list[dict[str, Any]] | None:
-    return None if d is None else [{"key": k, "value": v} for k, v in sorted(d.items())]
+# ---------------------------------------------------------------- partition values
 
 
-def _map_in(items: list[dict[str, Any]] | None) -> dict[int, Any] | None:
-    return None if items is None else {int(i["key"]): i["value"] for i in items}
+def _partition_value_out(field: NestedField, value: Any) -> Any:
+    """An internal partition value as the physical Avro value of its type."""
+    if value is None:
+        return None
+    ptype = _primitive(field)
+    name = ptype.name
+    ok: bool
+    if name == "boolean":
+        ok = isinstance(value, bool)
+    elif name in _INT32_TYPES or name in _INT64_TYPES:
+        low, high = _INT32 if name in _INT32_TYPES else _INT64
+        ok = isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+    elif name in ("float", "double"):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif name == "string":
+        ok = isinstance(value, str)
+    elif name == "binary":
+        ok = isinstance(value, bytes)
+    elif name == "fixed":
+        ok = isinstance(value, bytes) and len(value) == ptype.length
+    elif name == "uuid":
+        ok = isinstance(value, _uuid.UUID)
+        value = value.bytes if ok else value
+    elif name == "decimal":
+        ok = isinstance(value, _decimal.Decimal)
+        if ok:
+            unscaled = unscaled_value(value, ptype.scale)
+            ok = abs(unscaled) < 10**ptype.precision
+            size = decimal_required_bytes(ptype.precision)
+            value = unscaled.to_bytes(size, "big", signed=True) if ok else value
+    else:
+        ok = False
+    if not ok:
+        raise SchemaError(f"partition field {field.name!r} of type {ptype} cannot hold {value!r}")
+    return value
 
 
-def _partition_out(ptype: StructType, values: Sequence[Any]) -> dict[str, Any]:
-    return {f.name: v for f, v in zip(ptype.fields, values)}
+def _partition_value_in(ptype: PrimitiveType, raw: Any) -> Any:
+    """A physical Avro partition value as the internal value of ``ptype``."""
+    if raw is None:
+        return None
+    name = ptype.name
+    if name == "boolean" and isinstance(raw, bool):
+        return raw
+    if isinstance(raw, bool):
+        pass
+    elif (name in _INT32_TYPES or name in _INT64_TYPES) and isinstance(raw, int):
+        return raw
+    elif name in ("float", "double") and isinstance(raw, (int, float)):
+        return float(raw)
+    elif (name == "string" and isinstance(raw, str)) or (
+        name in ("binary", "fixed") and isinstance(raw, bytes)
+    ):
+        return raw
+    elif name == "uuid" and isinstance(raw, bytes) and len(raw) == 16:
+        return _uuid.UUID(bytes=raw)
+    elif name == "uuid" and isinstance(raw, str):
+        return _uuid.UUID(raw)
+    elif name == "decimal" and isinstance(raw, bytes) and raw:
+        return decimal_from_unscaled(int.from_bytes(raw, "big", signed=True), ptype.scale)
+    raise SchemaError(f"a partition value of type {ptype} is stored as {raw!r}")
 
 
-def _internal(t: Any, v: Any) -> Any:
-    """fastavro turns logical types into Python objects; back to internal forms."""
-    if v is None or not isinstance(t, PrimitiveType):
-        return v
-    n = t.name
-    if n == "date" and isinstance(v, _dt.date):
-        return (v - _dt.date(1970, 1, 1)).days
-    if n in ("timestamp", "timestamptz") and isinstance(v, _dt.datetime):
-        base = _EPOCH_TZ if v.tzinfo else _EPOCH
-        delta = v - base
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    if n == "time" and isinstance(v, _dt.time):
-        return ((v.hour * 60 + v.minute) * 60 + v.second) * 1_000_000 + v.microsecond
-    if n == "uuid" and not isinstance(v, _uuid.UUID):
-        return _uuid.UUID(bytes=v) if isinstance(v, bytes) else _uuid.UUID(str(v))
-    return v
+def _primitive(field: NestedField) -> PrimitiveType:
+    if not isinstance(field.field_type, PrimitiveType):
+        raise SchemaError(f"partition field {field.name!r} is not a primitive type")
+    return field.field_type
 
 
-def _entry_record(e: ManifestEntry, ptype: StructType) -> dict[str, Any]:
-    f = e.data_file
+def _partition_type_of(avro_fields: list[Any]) -> StructType:
+    named: dict[str, Any] = {}
+    fields = []
+    for avro_field in avro_fields:
+        field_id = avro_field.get("field-id")
+        if not isinstance(field_id, int):
+            raise SchemaError(f"partition field {avro_field.get('name')!r} has no field-id")
+        ptype = iceberg_primitive(avro_field.get("type"), named)
+        fields.append(NestedField(field_id, avro_field["name"], ptype))
+    return StructType(tuple(fields))
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _map_out(values: dict[int, Any] | None) -> list[dict[str, Any]] | None:
+    return None if values is None else [{"key": k, "value": v} for k, v in values.items()]
+
+
+def _list_out(values: tuple[int, ...] | None) -> list[int] | None:
+    return None if values is None else list(values)
+
+
+def _check_fits(entry: ManifestEntry, format_version: int, content: ManifestContent) -> None:
+    """Refuse to drop values the target format version has no field for."""
+    f = entry.data_file
+    lost: list[str] = []
+    if format_version < 3:
+        lost += [
+            n
+            for n in ("first_row_id", "content_offset", "content_size_in_bytes")
+            if getattr(f, n) is not None
+        ]
+    if format_version == 1:
+        lost += [n for n in ("equality_ids", "referenced_data_file") if getattr(f, n) is not None]
+        if f.content != FileContent.DATA or content != ManifestContent.DATA:
+            lost.append("content (v1 manifests hold data files only)")
+        if entry.snapshot_id is None:
+            lost.append("snapshot_id (required in v1)")
+    if lost:
+        raise ValueError(f"{f.file_path}: v{format_version} manifests cannot hold {lost}")
+
+
+def _entry_record(entry: ManifestEntry, partition_type: StructType) -> dict[str, Any]:
+    f = entry.data_file
+    if len(f.partition) != len(partition_type.fields):
+        raise SchemaError(
+            f"{f.file_path}: partition has {len(f.partition)} values, the partition type "
+            f"{len(partition_type.fields)} fields"
+        )
+    partition = {
+        avro_name(field.name): _partition_value_out(field, value)
+        for field, value in zip(partition_type.fields, f.partition)
+    }
+    data_file = {
+        "content": int(f.content),
+        "file_path": f.file_path,
+        "file_format": f.file_format,
+        "partition": partition,
+        "record_count": f.record_count,
+        "file_size_in_bytes": f.file_size_in_bytes,
+        "block_size_in_bytes": V1_BLOCK_SIZE,
+        "column_sizes": _map_out(f.column_sizes),
+        "value_counts": _map_out(f.value_counts),
+        "null_value_counts": _map_out(f.null_value_counts),
+        "nan_value_counts": _map_out(f.nan_value_counts),
+        "lower_bounds": _map_out(f.lower_bounds),
+        "upper_bounds": _map_out(f.upper_bounds),
+        "key_metadata": f.key_metadata,
+        "split_offsets": _list_out(f.split_offsets),
+        "equality_ids": _list_out(f.equality_ids),
+        "sort_order_id": f.sort_order_id,
+        "first_row_id": f.first_row_id,
+        "referenced_data_file": f.referenced_data_file,
+        "content_offset": f.content_offset,
+        "content_size_in_bytes": f.content_size_in_bytes,
+    }
     return {
-        "status": int(e.status),
-        "snapshot_id": e.snapshot_id,
-        "sequence_number": e.sequence_number,
-        "file_sequence_number": e.file_sequence_number,
-        "data_file": {
-            "content": int(f.content),
-            "file_path": f.file_path,
-            "file_format": f.file_format,
-            "partition": _partition_out(ptype, f.partition),
-            "record_count": f.record_count,
-            "file_size_in_bytes": f.file_size_in_bytes,
-            "column_sizes": _map_out(f.column_sizes),
-            "value_counts": _map_out(f.value_counts),
-            "null_value_counts": _map_out(f.null_value_counts),
-            "nan_value_counts": _map_out(f.nan_value_counts),
-            "lower_bounds": _map_out(f.lower_bounds),
-            "upper_bounds": _map_out(f.upper_bounds),
-            "key_metadata": f.key_metadata,
-            "split_offsets": None if f.split_offsets is None else list(f.split_offsets),
-            "equality_ids": None if f.equality_ids is None else list(f.equality_ids),
-            "sort_order_id": f.sort_order_id,
-            "first_row_id": f.first_row_id,
-            "referenced_data_file": f.referenced_data_file,
-            "content_offset": f.content_offset,
-            "content_size_in_bytes": f.content_size_in_bytes,
-        },
+        "status": int(entry.status),
+        "snapshot_id": entry.snapshot_id,
+        "sequence_number": entry.sequence_number,
+        "file_sequence_number": entry.file_sequence_number,
+        "data_file": data_file,
     }
 
 
@@ -109,112 +242,193 @@ def write_manifest(
     format_version: int = 3,
     sync_marker: bytes | None = None,
 ) -> bytes:
-    if format_version != 3:
-        raise ValueError("calving writes format-version 3 manifests only")
-    schema = manifest_entry_schema(3, partition_avro_type(partition_type))
+    """The manifest file holding ``entries``, deflate-compressed like Java's.
+
+    Null sequence numbers and first row ids are written null (inherited on read).
+    Without ``sync_marker`` one is derived from the content: equal input, equal bytes.
+    """
+    if format_version not in FORMAT_VERSIONS:
+        raise ValueError(f"cannot write a format version {format_version} manifest")
+    for entry in entries:
+        _check_fits(entry, format_version, content)
+    schema_id = json.loads(schema_json).get("schema-id", 0) if schema_json else 0
     metadata = {
         "schema": schema_json,
-        "schema-id": str(json.loads(schema_json).get("schema-id", 0)),
+        "schema-id": str(schema_id),
         "partition-spec": partition_spec_json,
         "partition-spec-id": str(spec_id),
-        "format-version": "3",
-        "content": "data" if content == ManifestContent.DATA else "deletes",
+        "format-version": str(format_version),
     }
+    if format_version >= 2:
+        metadata["content"] = _CONTENT_NAMES[ManifestContent(content)]
+    schema = manifest_entry_schema(format_version, partition_type)
     records = [_entry_record(e, partition_type) for e in entries]
     return write_container(schema, records, metadata, sync_marker)
 
 
-def _ptype_from_avro(writer_schema: dict[str, Any]) -> StructType:
-    from commit.spec.types import NestedField, primitive_from_string
+# ---------------------------------------------------------------- reading
 
-    data_file = next(f for f in writer_schema["fields"] if f["name"] == "data_file")["type"]
-    part = next(f for f in data_file["fields"] if f["name"] == "partition")["type"]
-    fields = []
-    for f in part.get("fields", []):
-        t = f["type"]
-        t = next(x for x in t if x != "null") if isinstance(t, list) else t
-        lt = t.get("logicalType") if isinstance(t, dict) else None
-        base = t.get("type") if isinstance(t, dict) else t
-        name = {"date": "date", "time-micros": "time", "timestamp-micros": "timestamp",
-                "uuid": "uuid"}.get(lt or "", None)
-        if lt == "decimal":
-            name = f"decimal({t['precision']},{t['scale']})"
-        if lt == "timestamp-micros" and t.get("adjust-to-utc"):
-            name = "timestamptz"
-        if name is None:
-            name = {"bytes": "binary", "fixed": f"fixed[{t.get('size') if isinstance(t, dict) else 0}]"
-                    }.get(base, base)
-        fields.append(NestedField(int(f.get("field-id", 0)), f["name"], primitive_from_string(name)))
-    return StructType(tuple(fields))
+
+def _int_map_in(raw: Any, value_kind: type, what: str) -> dict[int, Any] | None:
+    if raw is None:
+        return None
+    out: dict[int, Any] = {}
+    for item in raw:
+        key, value = item.get("key"), item.get("value")
+        if not isinstance(key, int) or isinstance(key, bool) or not isinstance(value, value_kind):
+            raise SchemaError(f"{what} has a malformed entry {item!r}")
+        out[key] = value
+    return out
+
+
+def _int_list_in(raw: Any, what: str) -> tuple[int, ...] | None:
+    if raw is None:
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in raw):
+        raise SchemaError(f"{what} holds a non-integer")
+    return tuple(raw)
+
+
+class _EntryDecoder:
+    """Turns decoded Avro records of one manifest into ``ManifestEntry`` values."""
+
+    def __init__(
+        self, container: AvroContainer, version: int, spec_id: int, ptype: StructType | None
+    ) -> None:
+        self.version = version
+        self.spec_id = spec_id
+        self.entry = RecordFields(container.schema, "manifest_entry", ENTRY_FIELDS)
+        self.data_file = RecordFields(
+            self.entry.type_of(DATA_FILE_FIELD_ID), "data_file", DATA_FILE_FIELDS
+        )
+        partition_schema = non_null(self.data_file.types.get(PARTITION_FIELD_ID))
+        if not isinstance(partition_schema, dict) or not isinstance(
+            partition_schema.get("fields"), list
+        ):
+            raise SchemaError("data_file has no partition record")
+        self.partition = RecordFields(partition_schema, "partition", {})
+        self.partition_type = (
+            _partition_type_of(partition_schema["fields"]) if ptype is None else ptype
+        )
+
+    def decode(self, record: dict[str, Any]) -> ManifestEntry:
+        e, d = self.entry, self.data_file
+        raw = e.value(record, DATA_FILE_FIELD_ID, dict, True)
+        raw_partition = d.value(raw, PARTITION_FIELD_ID, dict, True)
+        partition = tuple(
+            _partition_value_in(_primitive(f), self.partition.get(raw_partition, f.field_id))
+            for f in self.partition_type.fields
+        )
+        content = d.value(raw, 134, int, self.version >= 2)
+        data_file = DataFile(
+            content=FileContent(0 if content is None else content),
+            file_path=d.value(raw, 100, str, True),
+            file_format=d.value(raw, 101, str, True).upper(),
+            partition=partition,
+            record_count=d.value(raw, 103, int, True),
+            file_size_in_bytes=d.value(raw, 104, int, True),
+            column_sizes=_int_map_in(d.get(raw, 108), int, "column_sizes"),
+            value_counts=_int_map_in(d.get(raw, 109), int, "value_counts"),
+            null_value_counts=_int_map_in(d.get(raw, 110), int, "null_value_counts"),
+            nan_value_counts=_int_map_in(d.get(raw, 137), int, "nan_value_counts"),
+            lower_bounds=_int_map_in(d.get(raw, 125), bytes, "lower_bounds"),
+            upper_bounds=_int_map_in(d.get(raw, 128), bytes, "upper_bounds"),
+            key_metadata=d.value(raw, 131, bytes, False),
+            split_offsets=_int_list_in(d.get(raw, 132), "split_offsets"),
+            equality_ids=_int_list_in(d.get(raw, 135), "equality_ids"),
+            sort_order_id=d.value(raw, 140, int, False),
+            first_row_id=d.value(raw, 142, int, False),
+            referenced_data_file=d.value(raw, 143, str, False),
+            content_offset=d.value(raw, 144, int, False),
+            content_size_in_bytes=d.value(raw, 145, int, False),
+            spec_id=self.spec_id,
+        )
+        sequence_number = e.value(record, 3, int, False)
+        file_sequence_number = e.value(record, 4, int, False)
+        if self.version == 1:  # spec: v1 sequence numbers read as 0
+            sequence_number = 0 if sequence_number is None else sequence_number
+            file_sequence_number = 0 if file_sequence_number is None else file_sequence_number
+        return ManifestEntry(
+            status=EntryStatus(e.value(record, 0, int, True)),
+            snapshot_id=e.value(record, 1, int, self.version == 1),
+            sequence_number=sequence_number,
+            file_sequence_number=file_sequence_number,
+            data_file=data_file,
+        )
+
+
+def _metadata_int(metadata: dict[str, str], key: str, default: int) -> int:
+    text = metadata.get(key)
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise SchemaError(f"metadata {key}={text!r} is not an integer") from None
 
 
 def read_manifest(
     data: bytes, source: str, *, partition_type: StructType | None = None
 ) -> Manifest:
-    records, meta, sync, writer_schema = read_container(data, source)
+    """Decode a v1, v2 or v3 manifest. Without ``partition_type`` it is derived from
+    the file's Avro schema (names as written, ids and types exact). Corrupt bytes
+    raise ``CorruptFileError`` naming ``source``."""
+    container = read_container(data, source)
+    meta = container.metadata
     try:
-        version = int(meta.get("format-version", "1"))
-        content = ManifestContent.DELETES if meta.get("content") == "deletes" else \
-            ManifestContent.DATA
-        spec_id = int(meta.get("partition-spec-id", "0"))
-        ptype = partition_type if partition_type is not None else _ptype_from_avro(writer_schema)
-        entries = tuple(_entry_from_record(r, ptype, spec_id) for r in records)
-    except CorruptFileError:
-        raise
-    except (KeyError, TypeError, ValueError, StopIteration, AttributeError) as exc:
-        raise CorruptFileError(source, f"malformed manifest entry: {type(exc).__name__}: {exc}") \
-            from None
-    return Manifest(version, content, spec_id, meta.get("schema", ""),
-                    meta.get("partition-spec", "[]"), entries, sync)
-
-
-def _entry_from_record(r: dict[str, Any], ptype: StructType, spec_id: int) -> ManifestEntry:
-    d = r["data_file"]
-    part = d.get("partition") or {}
-    partition = tuple(_internal(f.field_type, part.get(f.name)) for f in ptype.fields)
-    split = d.get("split_offsets")
-    eq = d.get("equality_ids")
-    df = DataFile(
-        content=FileContent(d.get("content", 0)),
-        file_path=d["file_path"],
-        file_format=str(d["file_format"]).upper(),
-        partition=partition,
-        record_count=int(d["record_count"]),
-        file_size_in_bytes=int(d["file_size_in_bytes"]),
-        column_sizes=_map_in(d.get("column_sizes")),
-        value_counts=_map_in(d.get("value_counts")),
-        null_value_counts=_map_in(d.get("null_value_counts")),
-        nan_value_counts=_map_in(d.get("nan_value_counts")),
-        lower_bounds=_map_in(d.get("lower_bounds")),
-        upper_bounds=_map_in(d.get("upper_bounds")),
-        key_metadata=d.get("key_metadata"),
-        split_offsets=None if split is None else tuple(split),
-        equality_ids=None if eq is None else tuple(eq),
-        sort_order_id=d.get("sort_order_id"),
-        first_row_id=d.get("first_row_id"),
-        referenced_data_file=d.get("referenced_data_file"),
-        content_offset=d.get("content_offset"),
-        content_size_in_bytes=d.get("content_size_in_bytes"),
+        version = _metadata_int(meta, "format-version", 1)
+        if version not in FORMAT_VERSIONS:
+            raise SchemaError(f"unknown format-version {version}")
+        content_name = meta.get("content", "data")
+        if content_name not in ("data", "deletes"):
+            raise SchemaError(f"unknown manifest content {content_name!r}")
+        for key in ("schema", "partition-spec"):
+            if key not in meta:
+                raise SchemaError(f"metadata lacks {key!r}")
+        spec_id = _metadata_int(meta, "partition-spec-id", 0)
+        decoder = _EntryDecoder(container, version, spec_id, partition_type)
+        entries = tuple(decoder.decode(r) for r in container.records)
+    except _MALFORMED as exc:
+        raise CorruptFileError(source, f"not a valid manifest: {exc}") from None
+    return Manifest(
+        format_version=version,
+        content=ManifestContent.DELETES if content_name == "deletes" else ManifestContent.DATA,
         spec_id=spec_id,
+        schema_json=meta["schema"],
+        partition_spec_json=meta["partition-spec"],
+        entries=entries,
+        sync_marker=container.sync_marker,
+        partition_type=decoder.partition_type,
     )
-    return ManifestEntry(EntryStatus(r["status"]), r.get("snapshot_id"),
-                         r.get("sequence_number"), r.get("file_sequence_number"), df)
+
+
+# ---------------------------------------------------------------- inheritance
 
 
 def inherit(entries: Sequence[ManifestEntry], manifest: ManifestFile) -> list[ManifestEntry]:
-    """Fill values a manifest leaves to its manifest-list entry (spec: inheritance)."""
+    """Fill what a manifest leaves to its manifest-list entry (spec: sequence number
+    and first row id inheritance): null snapshot ids, the null sequence numbers of
+    ADDED entries, and null first row ids of live data files, which take the
+    manifest's ``first_row_id`` plus the rows of the live data files before them that
+    were null too. DELETED entries get no row ids, as in Java."""
     out: list[ManifestEntry] = []
-    next_row_id = manifest.first_row_id
+    next_row_id = manifest.first_row_id if manifest.content == ManifestContent.DATA else None
     for e in entries:
-        snapshot_id = e.snapshot_id if e.snapshot_id is not None else manifest.added_snapshot_id
+        snapshot_id = manifest.added_snapshot_id if e.snapshot_id is None else e.snapshot_id
         seq, file_seq = e.sequence_number, e.file_sequence_number
         if e.status == EntryStatus.ADDED:
             seq = manifest.sequence_number if seq is None else seq
             file_seq = manifest.sequence_number if file_seq is None else file_seq
-        df = e.data_file
-        if df.content == FileContent.DATA and next_row_id is not None:
-            if df.first_row_id is None:
-                df = replace(df, first_row_id=next_row_id)
-                next_row_id += df.record_count
-        out.append(ManifestEntry(e.status, snapshot_id, seq, file_seq, df))
+        f = e.data_file
+        if (
+            next_row_id is not None
+            and f.first_row_id is None
+            and f.content == FileContent.DATA
+            and e.status != EntryStatus.DELETED
+        ):
+            f = replace(f, first_row_id=next_row_id)
+            next_row_id += f.record_count
+        if f.spec_id != manifest.partition_spec_id:
+            f = replace(f, spec_id=manifest.partition_spec_id)
+        out.append(ManifestEntry(e.status, snapshot_id, seq, file_seq, f))
     return out

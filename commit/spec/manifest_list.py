@@ -1,25 +1,74 @@
-"""Manifest lists: write format version 3, read versions 1-3 (pure, bytes only)."""
+"""Manifest lists: write format versions 1-3 (calving writes 3), read 1-3. Pure: bytes
+in, values out, and back byte for byte."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
-from commit.errors import CorruptFileError
+from commit.errors import CorruptFileError, SchemaError
 from commit.spec.avro_file import read_container, write_container
-from commit.spec.avro_schemas import manifest_file_schema
+from commit.spec.avro_schemas import (
+    FIELD_SUMMARY_FIELDS,
+    FORMAT_VERSIONS,
+    MANIFEST_FILE_FIELDS,
+    PARTITIONS_FIELD_ID,
+    RecordFields,
+    manifest_file_schema,
+)
 from commit.spec.data_file import FieldSummary, ManifestContent, ManifestFile
+
+_MALFORMED = (
+    SchemaError,
+    ValueError,
+    TypeError,
+    KeyError,
+    AttributeError,
+    IndexError,
+    OverflowError,
+)
 
 
 @dataclass(frozen=True)
 class ManifestList:
+    """A decoded manifest list with its Avro key-value metadata (``snapshot-id`` etc.,
+    None where absent). ``parent-snapshot-id`` ``"null"`` reads as None."""
+
     format_version: int
+    snapshot_id: int | None
+    parent_snapshot_id: int | None
+    sequence_number: int | None
+    first_row_id: int | None
     manifests: tuple[ManifestFile, ...]
-    metadata: dict[str, str]
     sync_marker: bytes
 
 
+# ---------------------------------------------------------------- writing
+
+
+def _check_fits(manifest: ManifestFile, format_version: int) -> None:
+    lost = []
+    if format_version < 3 and manifest.first_row_id is not None:
+        lost.append("first_row_id")
+    if format_version == 1 and manifest.content != ManifestContent.DATA:
+        lost.append("content (v1 lists hold data manifests only)")
+    if lost:
+        raise ValueError(f"{manifest.manifest_path}: a v{format_version} list cannot hold {lost}")
+
+
 def _record(m: ManifestFile) -> dict[str, Any]:
+    partitions = None
+    if m.partitions is not None:
+        partitions = [
+            {
+                "contains_null": s.contains_null,
+                "contains_nan": s.contains_nan,
+                "lower_bound": s.lower_bound,
+                "upper_bound": s.upper_bound,
+            }
+            for s in m.partitions
+        ]
     return {
         "manifest_path": m.manifest_path,
         "manifest_length": m.manifest_length,
@@ -34,11 +83,7 @@ def _record(m: ManifestFile) -> dict[str, Any]:
         "added_rows_count": m.added_rows_count,
         "existing_rows_count": m.existing_rows_count,
         "deleted_rows_count": m.deleted_rows_count,
-        "partitions": None if m.partitions is None else [
-            {"contains_null": s.contains_null, "contains_nan": s.contains_nan,
-             "lower_bound": s.lower_bound, "upper_bound": s.upper_bound}
-            for s in m.partitions
-        ],
+        "partitions": partitions,
         "key_metadata": m.key_metadata,
         "first_row_id": m.first_row_id,
     }
@@ -54,56 +99,113 @@ def write_manifest_list(
     format_version: int = 3,
     sync_marker: bytes | None = None,
 ) -> bytes:
-    if format_version != 3:
-        raise ValueError("calving writes format-version 3 manifest lists only")
+    """The manifest list of a snapshot, with Java's key-value metadata: ``snapshot-id``,
+    ``parent-snapshot-id`` (``"null"`` for none), ``sequence-number`` (v2+),
+    ``format-version`` and ``first-row-id`` (v3, when given)."""
+    if format_version not in FORMAT_VERSIONS:
+        raise ValueError(f"cannot write a format version {format_version} manifest list")
+    for manifest in manifests:
+        _check_fits(manifest, format_version)
     metadata = {
         "snapshot-id": str(snapshot_id),
         "parent-snapshot-id": "null" if parent_snapshot_id is None else str(parent_snapshot_id),
-        "sequence-number": str(sequence_number),
-        "format-version": "3",
     }
-    if first_row_id is not None:
+    if format_version >= 2:
+        metadata["sequence-number"] = str(sequence_number)
+    metadata["format-version"] = str(format_version)
+    if format_version >= 3 and first_row_id is not None:
         metadata["first-row-id"] = str(first_row_id)
-    return write_container(manifest_file_schema(3), [_record(m) for m in manifests], metadata,
-                           sync_marker)
+    records = [_record(m) for m in manifests]
+    return write_container(manifest_file_schema(format_version), records, metadata, sync_marker)
 
 
-def _from_record(r: dict[str, Any]) -> ManifestFile:
-    def first(*names: str, default: Any = 0) -> Any:
-        for n in names:
-            if r.get(n) is not None:
-                return r[n]
-        return default
+# ---------------------------------------------------------------- reading
 
-    parts = r.get("partitions")
-    return ManifestFile(
-        manifest_path=r["manifest_path"],
-        manifest_length=int(r["manifest_length"]),
-        partition_spec_id=int(r["partition_spec_id"]),
-        content=ManifestContent(r.get("content", 0)),
-        sequence_number=int(r.get("sequence_number", 0)),
-        min_sequence_number=int(r.get("min_sequence_number", 0)),
-        added_snapshot_id=int(first("added_snapshot_id")),
-        added_files_count=int(first("added_files_count", "added_data_files_count")),
-        existing_files_count=int(first("existing_files_count", "existing_data_files_count")),
-        deleted_files_count=int(first("deleted_files_count", "deleted_data_files_count")),
-        added_rows_count=int(first("added_rows_count")),
-        existing_rows_count=int(first("existing_rows_count")),
-        deleted_rows_count=int(first("deleted_rows_count")),
-        partitions=None if parts is None else tuple(
-            FieldSummary(bool(p["contains_null"]), p.get("contains_nan"), p.get("lower_bound"),
-                         p.get("upper_bound")) for p in parts),
-        key_metadata=r.get("key_metadata"),
-        first_row_id=r.get("first_row_id"),
-    )
+
+class _ManifestFileDecoder:
+    def __init__(self, schema: Any, version: int) -> None:
+        self.version = version
+        self.fields = RecordFields(schema, "manifest_file", MANIFEST_FILE_FIELDS)
+        self.summary: RecordFields | None = None
+        if self.fields.has(PARTITIONS_FIELD_ID):
+            array = self.fields.type_of(PARTITIONS_FIELD_ID)
+            if not isinstance(array, dict) or array.get("type") != "array":
+                raise SchemaError("manifest_file partitions is not an array")
+            self.summary = RecordFields(array.get("items"), "field_summary", FIELD_SUMMARY_FIELDS)
+
+    def _summary(self, raw: Any) -> FieldSummary:
+        s = self.summary
+        assert s is not None
+        return FieldSummary(
+            contains_null=s.value(raw, 509, bool, True),
+            contains_nan=s.value(raw, 518, bool, False),
+            lower_bound=s.value(raw, 510, bytes, False),
+            upper_bound=s.value(raw, 511, bytes, False),
+        )
+
+    def decode(self, record: dict[str, Any]) -> ManifestFile:
+        f = self.fields
+        v2 = self.version >= 2
+
+        def count(field_id: int) -> int:
+            # v1 counts are optional ("null = unknown"); they read as 0.
+            value = f.value(record, field_id, int, v2)
+            return 0 if value is None else value
+
+        raw_partitions = f.value(record, PARTITIONS_FIELD_ID, list, False)
+        content = f.value(record, 517, int, v2)
+        return ManifestFile(
+            manifest_path=f.value(record, 500, str, True),
+            manifest_length=f.value(record, 501, int, True),
+            partition_spec_id=f.value(record, 502, int, True),
+            content=ManifestContent(0 if content is None else content),
+            sequence_number=count(515),
+            min_sequence_number=count(516),
+            added_snapshot_id=f.value(record, 503, int, True),
+            added_files_count=count(504),
+            existing_files_count=count(505),
+            deleted_files_count=count(506),
+            added_rows_count=count(512),
+            existing_rows_count=count(513),
+            deleted_rows_count=count(514),
+            partitions=None
+            if raw_partitions is None
+            else tuple(self._summary(p) for p in raw_partitions),
+            key_metadata=f.value(record, 519, bytes, False),
+            first_row_id=f.value(record, 520, int, False),
+        )
+
+
+def _optional_int(metadata: dict[str, str], key: str) -> int | None:
+    text = metadata.get(key)
+    if text is None or text == "null":
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise SchemaError(f"metadata {key}={text!r} is not an integer") from None
 
 
 def read_manifest_list(data: bytes, source: str) -> ManifestList:
-    records, meta, sync, _ = read_container(data, source)
+    """Decode a v1, v2 or v3 manifest list; corrupt bytes raise ``CorruptFileError``."""
+    container = read_container(data, source)
+    meta = container.metadata
     try:
-        manifests = tuple(_from_record(r) for r in records)
-        version = int(meta.get("format-version", "1"))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CorruptFileError(source, f"malformed manifest list entry: {type(exc).__name__}: "
-                               f"{exc}") from None
-    return ManifestList(version, manifests, meta, sync)
+        version = _optional_int(meta, "format-version")
+        version = 1 if version is None else version
+        if version not in FORMAT_VERSIONS:
+            raise SchemaError(f"unknown format-version {version}")
+        decoder = _ManifestFileDecoder(container.schema, version)
+        manifests = tuple(decoder.decode(r) for r in container.records)
+        result = ManifestList(
+            format_version=version,
+            snapshot_id=_optional_int(meta, "snapshot-id"),
+            parent_snapshot_id=_optional_int(meta, "parent-snapshot-id"),
+            sequence_number=_optional_int(meta, "sequence-number"),
+            first_row_id=_optional_int(meta, "first-row-id"),
+            manifests=manifests,
+            sync_marker=container.sync_marker,
+        )
+    except _MALFORMED as exc:
+        raise CorruptFileError(source, f"not a valid manifest list: {exc}") from None
+    return result

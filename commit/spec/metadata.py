@@ -9,8 +9,9 @@ does not model are kept in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any
 
 from commit.errors import CorruptFileError, SchemaError, UnsupportedFeatureError
 from commit.spec.partition import PartitionSpec
@@ -127,14 +128,16 @@ class TableMetadata:
             next_id = snap.parent_snapshot_id
         return out
 
-    def with_changes(self, **changes: Any) -> "TableMetadata":
+    def with_changes(self, **changes: Any) -> TableMetadata:
         return replace(self, **changes)
 
 
 # ---------------------------------------------------------------- writing
 
 
-def metadata_to_json(m: TableMetadata) -> dict[str, Any]:
+def metadata_to_json(m: TableMetadata, *, histories: bool = True) -> dict[str, Any]:
+    """The metadata as a JSON object; ``histories=False`` leaves the ``snapshots`` and
+    ``snapshot-log`` lists empty (their keys stay in place) for ``serialize_metadata``."""
     if m.format_version != 3:
         raise UnsupportedFeatureError(f"calving writes format-version 3, not {m.format_version}")
     out: dict[str, Any] = {
@@ -154,10 +157,10 @@ def metadata_to_json(m: TableMetadata) -> dict[str, Any]:
         "properties": dict(m.properties),
         "current-snapshot-id": -1 if m.current_snapshot_id is None else m.current_snapshot_id,
         "refs": {name: ref.to_json() for name, ref in m.refs.items()},
-        "snapshots": [s.to_json() for s in m.snapshots],
+        "snapshots": [s.to_json() for s in m.snapshots] if histories else [],
         "statistics": [dict(s) for s in m.statistics],
         "partition-statistics": [dict(s) for s in m.partition_statistics],
-        "snapshot-log": [e.to_json() for e in m.snapshot_log],
+        "snapshot-log": [e.to_json() for e in m.snapshot_log] if histories else [],
         "metadata-log": [e.to_json() for e in m.metadata_log],
         "next-row-id": m.next_row_id if m.next_row_id is not None else 0,
     }
@@ -166,10 +169,31 @@ def metadata_to_json(m: TableMetadata) -> dict[str, Any]:
     return out
 
 
+def _dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def serialize_metadata(m: TableMetadata) -> bytes:
-    return json.dumps(
-        metadata_to_json(m), separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """``metadata_to_json`` as compact JSON, the same bytes as ``json.dumps`` of it.
+
+    Written key by key so that the two lists growing with history splice in cheaply:
+    each snapshot's text is encoded once per snapshot object, and the snapshot log
+    holds only integers. Every commit rewrites the whole history, so this keeps commit
+    cost flat as snapshots accumulate."""
+    parts = []
+    for key, value in metadata_to_json(m, histories=False).items():
+        if key == "snapshots":
+            text = "[" + ",".join(s.to_json_text() for s in m.snapshots) + "]"
+        elif key == "snapshot-log":
+            text = "[" + ",".join(_log_entry_text(e) for e in m.snapshot_log) + "]"
+        else:
+            text = _dumps(value)
+        parts.append(f"{_dumps(key)}:{text}")
+    return ("{" + ",".join(parts) + "}").encode("utf-8")
+
+
+def _log_entry_text(e: SnapshotLogEntry) -> str:
+    return f'{{"timestamp-ms":{int(e.timestamp_ms)},"snapshot-id":{int(e.snapshot_id)}}}'
 
 
 # ---------------------------------------------------------------- reading
@@ -214,9 +238,7 @@ def _from_json(obj: dict[str, Any], source: str) -> TableMetadata:
         default_spec_id = 0
     last_partition_id = obj.get("last-partition-id")
     if last_partition_id is None:
-        last_partition_id = max(
-            (f.field_id for s in specs for f in s.fields), default=999
-        )
+        last_partition_id = max((f.field_id for s in specs for f in s.fields), default=999)
 
     sort_orders = tuple(SortOrder.from_json(s) for s in obj.get("sort-orders", []))
     if not sort_orders:

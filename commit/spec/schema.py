@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from commit.errors import SchemaError
 from commit.spec.types import (
@@ -92,7 +93,7 @@ class Schema:
         return out
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> "Schema":
+    def from_json(obj: dict[str, Any]) -> Schema:
         try:
             return Schema(
                 fields=tuple(NestedField.from_json(f) for f in obj["fields"]),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from commit.errors import CorruptFileError
 
@@ -52,8 +54,19 @@ class Snapshot:
             out["added-rows"] = self.added_rows
         return out
 
+    def to_json_text(self) -> str:
+        """``to_json`` as compact JSON text, encoded once per snapshot object: snapshots
+        are immutable and every commit rewrites all of them into the table metadata."""
+        text = self.__dict__.get("_json_text")
+        if text is None:
+            text = json.dumps(
+                self.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            )
+            object.__setattr__(self, "_json_text", text)
+        return text  # type: ignore[no-any-return]
+
     @staticmethod
-    def from_json(obj: Mapping[str, Any], source: str) -> "Snapshot":
+    def from_json(obj: Mapping[str, Any], source: str) -> Snapshot:
         try:
             if "manifest-list" not in obj:
                 raise CorruptFileError(
@@ -91,7 +104,7 @@ class SnapshotRef:
         return out
 
     @staticmethod
-    def from_json(obj: Mapping[str, Any]) -> "SnapshotRef":
+    def from_json(obj: Mapping[str, Any]) -> SnapshotRef:
         extra = {k: v for k, v in obj.items() if k not in ("snapshot-id", "type")}
         return SnapshotRef(int(obj["snapshot-id"]), str(obj.get("type", "branch")), extra)
 
@@ -118,9 +131,7 @@ def _opt_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
-def updated_totals(
-    previous: Mapping[str, str] | None, deltas: Mapping[str, int]
-) -> dict[str, str]:
+def updated_totals(previous: Mapping[str, str] | None, deltas: Mapping[str, int]) -> dict[str, str]:
     """Carry the ``total-*`` counters forward by the given signed deltas.
 
     ``deltas`` uses the total names (``total-records`` etc.). A previous summary

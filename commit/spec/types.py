@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from commit.errors import SchemaError
 
@@ -94,7 +94,7 @@ def fixed(length: int) -> PrimitiveType:
 class NestedField:
     field_id: int
     name: str
-    field_type: "IcebergType"
+    field_type: IcebergType
     required: bool = False
     doc: str | None = None
     initial_default: Any = None
@@ -116,7 +116,7 @@ class NestedField:
         return out
 
     @staticmethod
-    def from_json(obj: dict[str, Any]) -> "NestedField":
+    def from_json(obj: dict[str, Any]) -> NestedField:
         try:
             return NestedField(
                 field_id=int(obj["id"]),
@@ -155,7 +155,7 @@ class StructType:
 @dataclass(frozen=True)
 class ListType:
     element_id: int
-    element_type: "IcebergType"
+    element_type: IcebergType
     element_required: bool = False
 
     @property
@@ -170,9 +170,9 @@ class ListType:
 @dataclass(frozen=True)
 class MapType:
     key_id: int
-    key_type: "IcebergType"
+    key_type: IcebergType
     value_id: int
-    value_type: "IcebergType"
+    value_type: IcebergType
     value_required: bool = False
 
     @property
@@ -188,7 +188,7 @@ class MapType:
         return NestedField(self.value_id, "value", self.value_type, self.value_required)
 
 
-IcebergType = Union[PrimitiveType, StructType, ListType, MapType]
+IcebergType = PrimitiveType | StructType | ListType | MapType
 
 
 def primitive_from_string(text: str) -> PrimitiveType:

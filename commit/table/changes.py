@@ -6,8 +6,8 @@ and return a ``SnapshotChanges``; the producer turns it into files and updates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from pyroaring import BitMap64
 

@@ -13,11 +13,14 @@
 from __future__ import annotations
 
 import random
+import re
 import secrets
+import threading
 import time
 import uuid
+from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from commit import faults
 from commit.catalog.base import Catalog, TableIdent
@@ -75,7 +78,7 @@ class Unknown:
     attempted_location: str | None
 
 
-CommitOutcome = Union[Committed, Skipped, Conflicted, Unknown]
+CommitOutcome = Committed | Skipped | Conflicted | Unknown
 
 
 # ---------------------------------------------------------------- retry policy
@@ -89,7 +92,7 @@ class RetryPolicy:
     total_timeout_ms: int = 1_800_000
 
     @staticmethod
-    def from_properties(props: dict[str, str] | object) -> "RetryPolicy":
+    def from_properties(props: dict[str, str] | object) -> RetryPolicy:
         get = props.get  # type: ignore[attr-defined]
         return RetryPolicy(
             num_retries=int(get("commit.retry.num-retries", 4)),
@@ -112,9 +115,43 @@ def new_snapshot_id() -> int:
 # ---------------------------------------------------------------- loading
 
 
+# Metadata files whose names carry a UUID (Java's, pyiceberg's and the SQL catalog's
+# "00042-<uuid>.metadata.json") are never rewritten, so their parsed contents are kept
+# by location: a writer then reads and parses only metadata that someone else wrote,
+# not the (ever longer) file it has just committed itself. Version-numbered names
+# ("v42.metadata.json") come back when a table is dropped and re-created: always read.
+_UUID_NAME = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}[^/]*$", re.IGNORECASE)
+_PARSED: OrderedDict[str, TableMetadata] = OrderedDict()
+_PARSED_MAX = 8
+_PARSED_LOCK = threading.Lock()
+
+
+def remember_metadata(location: str, metadata: TableMetadata) -> None:
+    """Keep ``metadata`` as the parsed contents of ``location`` (if its name is unique)."""
+    if not _UUID_NAME.search(location):
+        return
+    with _PARSED_LOCK:
+        _PARSED[location] = metadata
+        _PARSED.move_to_end(location)
+        while len(_PARSED) > _PARSED_MAX:
+            _PARSED.popitem(last=False)
+
+
+def _remembered(location: str) -> TableMetadata | None:
+    with _PARSED_LOCK:
+        metadata = _PARSED.get(location)
+        if metadata is not None:
+            _PARSED.move_to_end(location)
+        return metadata
+
+
 def load_metadata(catalog: Catalog, io: FileIO, ident: TableIdent) -> tuple[str, TableMetadata]:
     location = catalog.load_metadata_location(ident)
-    return location, parse_metadata(io.read(location), location)
+    metadata = _remembered(location)
+    if metadata is None:
+        metadata = parse_metadata(io.read(location), location)
+        remember_metadata(location, metadata)
+    return location, metadata
 
 
 def _has_landed(
@@ -189,6 +226,7 @@ def commit_action(
             attempted.append(new_location)
             faults.hit("before-swap")
             catalog.commit_metadata(ident, location, new_location, payload)
+            remember_metadata(new_location, new_metadata)
             faults.hit("after-swap")
         except (CommitSwapLostError, CatalogUnavailableError) as lost:
             # Both are known not to have changed the table: clean, refresh, retry.
@@ -213,10 +251,16 @@ def commit_action(
             if seen is None:
                 return Unknown(unknown, attempted[-1] if attempted else None)
             location, metadata = seen
-            if _has_landed(metadata, location, snapshot_id if produces_snapshot else None,
-                           attempted):
-                return Committed(metadata, location, snapshot_id if produces_snapshot else None,
-                                 attempt, found_on_refresh=True)
+            if _has_landed(
+                metadata, location, snapshot_id if produces_snapshot else None, attempted
+            ):
+                return Committed(
+                    metadata,
+                    location,
+                    snapshot_id if produces_snapshot else None,
+                    attempt,
+                    found_on_refresh=True,
+                )
             if attempt > policy.num_retries:
                 return Unknown(unknown, attempted[-1] if attempted else None)
             # Certainly absent now: retrying through check-and-put is safe even if the

@@ -18,8 +18,8 @@ A commit claims ranges ``[start, end)`` per partition. Against the ledger:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from commit.errors import StaleWriterError
 from commit.spec.metadata import TableMetadata

@@ -16,13 +16,15 @@ touch a file another attempt or snapshot uses. Data files are never deleted here
 from __future__ import annotations
 
 import json
+import math
 import time
 import uuid
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Iterable, Sequence
 
 from pyroaring import BitMap64
 
+from commit import faults
 from commit.errors import CommitConflictError
 from commit.io import FileIO
 from commit.spec.data_file import (
@@ -66,9 +68,7 @@ class SnapshotProducer:
         self.written: list[str] = []
         self._manifest_counter = 0
         self._metadata_dir = base.location.rstrip("/") + "/metadata"
-        self._data_dir = base.properties.get(
-            "write.data.path", base.location.rstrip("/") + "/data"
-        )
+        self._data_dir = base.properties.get("write.data.path", base.location.rstrip("/") + "/data")
 
     # ------------------------------------------------------------ entry point
 
@@ -152,6 +152,7 @@ class SnapshotProducer:
         carried = self._merge_if_needed(carried, ManifestContent.DELETES)
 
         manifests = new_manifests + carried
+        faults.hit("after-manifests")
         manifests, first_row_id, added_rows = self._assign_row_ids(manifests)
         snapshot = self._write_snapshot(manifests, changes, counters, first_row_id, added_rows)
         updates: list[TableUpdate] = [AddSnapshot(snapshot), SetMainRef(snapshot.snapshot_id)]
@@ -182,7 +183,13 @@ class SnapshotProducer:
         self.io.write(location, data)
         self.written.append(location)
         manifest = _summarize(
-            entries, location, len(data), spec_id, content, ptype, self.snapshot_id,
+            entries,
+            location,
+            len(data),
+            spec_id,
+            content,
+            ptype,
+            self.snapshot_id,
             self.sequence_number,
         )
         scan.remember_written_manifest(manifest, entries)
@@ -222,9 +229,7 @@ class SnapshotProducer:
         props = self.base.properties
         if props.get("commit.manifest-merge.enabled", "true").lower() != "true":
             return manifests
-        min_count = int(
-            props.get("commit.manifest.min-count-to-merge", DEFAULT_MIN_COUNT_TO_MERGE)
-        )
+        min_count = int(props.get("commit.manifest.min-count-to-merge", DEFAULT_MIN_COUNT_TO_MERGE))
         target = int(props.get("commit.manifest.target-size-bytes", DEFAULT_TARGET_MANIFEST_BYTES))
         of_kind = [m for m in manifests if m.content == content]
         if len(of_kind) <= min_count:
@@ -266,12 +271,13 @@ class SnapshotProducer:
     # ------------------------------------------------------------ DVs
 
     def _write_dvs(
-        self, new_dvs: list[tuple[DataFile, BitMap64]], counters: "_Counters"
+        self, new_dvs: list[tuple[DataFile, BitMap64]], counters: _Counters
     ) -> list[ManifestFile]:
         location = f"{self._data_dir}/{self.attempt}-{self.snapshot_id}-dv.puffin"
         puffin, blobs = write_dv_puffin([(f.file_path, bm) for f, bm in new_dvs])
         self.io.write(location, puffin)
         self.written.append(location)
+        faults.hit("after-puffin")
         by_spec: dict[int, list[ManifestEntry]] = {}
         for (target, bitmap), blob in zip(new_dvs, blobs):
             ref, offset, length, cardinality = blob
@@ -300,9 +306,7 @@ class SnapshotProducer:
 
     # ------------------------------------------------------------ snapshot
 
-    def _assign_row_ids(
-        self, manifests: list[ManifestFile]
-    ) -> tuple[list[ManifestFile], int, int]:
+    def _assign_row_ids(self, manifests: list[ManifestFile]) -> tuple[list[ManifestFile], int, int]:
         first = self.base.next_row_id or 0
         next_id = first
         out: list[ManifestFile] = []
@@ -317,7 +321,7 @@ class SnapshotProducer:
         self,
         manifests: list[ManifestFile],
         changes: SnapshotChanges,
-        counters: "_Counters",
+        counters: _Counters,
         first_row_id: int,
         added_rows: int,
     ) -> Snapshot:
@@ -332,12 +336,11 @@ class SnapshotProducer:
         )
         self.io.write(location, data)
         self.written.append(location)
+        faults.hit("after-manifest-list")
         scan.remember_written_manifest_list(location, manifests)
         summary: dict[str, str] = {"operation": changes.operation}
         summary.update(counters.summary())
-        summary.update(
-            updated_totals(parent.summary if parent else None, counters.total_deltas())
-        )
+        summary.update(updated_totals(parent.summary if parent else None, counters.total_deltas()))
         summary.update(changes.summary)
         now = int(time.time() * 1000)
         return Snapshot(
@@ -464,8 +467,8 @@ def _partition_summaries(
         values = [e.data_file.partition[i] for e in entries]
         present = [v for v in values if v is not None]
         is_float = getattr(field.field_type, "name", "") in ("float", "double")
-        nan = [v for v in present if is_float and v != v]
-        ordered = [v for v in present if not (is_float and v != v)]
+        nan = [v for v in present if is_float and math.isnan(v)]
+        ordered = [v for v in present if not (is_float and math.isnan(v))]
         lower = upper = None
         if ordered:
             lower = to_bytes(field.field_type, min(ordered))  # type: ignore[arg-type]

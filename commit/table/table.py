@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Mapping
+from collections.abc import Mapping
 
 from commit.catalog.base import Catalog, TableIdent
 from commit.errors import CommitConflictError
@@ -47,7 +47,7 @@ class Table:
         self.metadata = metadata
 
     @staticmethod
-    def load(catalog: Catalog, ident: TableIdent, io: FileIO | None = None) -> "Table":
+    def load(catalog: Catalog, ident: TableIdent, io: FileIO | None = None) -> Table:
         location = catalog.load_metadata_location(ident)
         io = io or FileIO.for_location(location)
         location, metadata = load_metadata(catalog, io, ident)
@@ -57,14 +57,19 @@ class Table:
     def name(self) -> str:
         return ".".join(self.ident)
 
-    def refresh(self) -> "Table":
+    def refresh(self) -> Table:
         self.metadata_location, self.metadata = load_metadata(self.catalog, self.io, self.ident)
         return self
 
     def commit(self, action: Action) -> CommitOutcome:
         """Commit starting from a fresh read of the catalog; keep the result as state."""
-        outcome = commit_action(self.catalog, self.ident, action, io=self.io,
-                                expected_table_uuid=self.metadata.table_uuid)
+        outcome = commit_action(
+            self.catalog,
+            self.ident,
+            action,
+            io=self.io,
+            expected_table_uuid=self.metadata.table_uuid,
+        )
         if isinstance(outcome, (Committed, Skipped)):
             self.metadata_location = outcome.metadata_location
             self.metadata = outcome.metadata

@@ -7,8 +7,8 @@ turns a base metadata plus updates into the next metadata; it does no I/O.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence, Union
 
 from commit.errors import CommitConflictError, TableIdentityChangedError
 from commit.spec.metadata import MAIN_BRANCH, TableMetadata
@@ -59,10 +59,15 @@ class RemoveSnapshots:
     snapshot_ids: frozenset[int]
 
 
-TableUpdate = Union[
-    AddSnapshot, SetMainRef, SetProperties, RemoveProperties, AddSchema, SetCurrentSchema,
-    RemoveSnapshots,
-]
+TableUpdate = (
+    AddSnapshot
+    | SetMainRef
+    | SetProperties
+    | RemoveProperties
+    | AddSchema
+    | SetCurrentSchema
+    | RemoveSnapshots
+)
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class AssertCurrentSchemaId:
             )
 
 
-Requirement = Union[AssertTableUUID, AssertCurrentSchemaId]
+Requirement = AssertTableUUID | AssertCurrentSchemaId
 
 
 @dataclass(frozen=True)
@@ -154,9 +159,7 @@ def apply_updates(
     metadata_log = m.metadata_log
     if base_location is not None:
         keep = int(
-            m.properties.get(
-                "write.metadata.previous-versions-max", DEFAULT_PREVIOUS_VERSIONS_MAX
-            )
+            m.properties.get("write.metadata.previous-versions-max", DEFAULT_PREVIOUS_VERSIONS_MAX)
         )
         metadata_log = metadata_log + (MetadataLogEntry(base.last_updated_ms, base_location),)
         metadata_log = metadata_log[-keep:] if keep > 0 else ()

@@ -5,7 +5,8 @@ of tuples over the given columns, so tests compare them to the expected rows."""
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -17,7 +18,7 @@ def _sorted_rows(table: pa.Table, columns: Sequence[str]) -> list[tuple[Any, ...
 
 
 def _local_path(location: str) -> str:
-    return location[len("file://") :] if location.startswith("file://") else location
+    return location.removeprefix("file://")
 
 
 def pyiceberg_rows(metadata_location: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -34,11 +35,12 @@ def duckdb_connection() -> Any:
     import duckdb_extension_avro
     import duckdb_extension_iceberg
 
-    con = duckdb.connect(config={"autoinstall_known_extensions": False,
-                                 "autoload_known_extensions": False})
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
+    )
     for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
         base = os.path.join(os.path.dirname(module.__file__), "extensions")
-        version_dir = os.path.join(base, sorted(os.listdir(base))[-1])
+        version_dir = os.path.join(base, max(os.listdir(base)))
         con.execute(f"LOAD '{os.path.join(version_dir, name + '.duckdb_extension')}'")
     return con
 

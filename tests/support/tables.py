@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -29,14 +30,20 @@ COLUMNS = ["id", "region", "ts", "payload"]
 
 
 def events_spec(schema: Schema = EVENTS) -> PartitionSpec:
-    return spec_builder(schema, fields=[("region", IDENTITY), ("id", bucket(4)),
-                                        ("ts", Transform("day"))])
+    return spec_builder(
+        schema, fields=[("region", IDENTITY), ("id", bucket(4)), ("ts", Transform("day"))]
+    )
 
 
-def make_table(catalog: Catalog, name: str = "events", spec: PartitionSpec | None = None,
-               properties: dict[str, str] | None = None) -> Table:
-    return create_table(catalog, ("db", name), EVENTS, spec=spec or events_spec(),
-                        properties=properties)
+def make_table(
+    catalog: Catalog,
+    name: str = "events",
+    spec: PartitionSpec | None = None,
+    properties: dict[str, str] | None = None,
+) -> Table:
+    return create_table(
+        catalog, ("db", name), EVENTS, spec=spec or events_spec(), properties=properties
+    )
 
 
 def row(i: int, region: str = "eu", day: int = 0, payload: str | None = None) -> dict[str, Any]:
@@ -61,8 +68,14 @@ def write_partitioned(table: Table, rows: Sequence[dict[str, Any]]):
         path = spec.partition_path(schema, partition)
         location = f"{table.metadata.location}/data/{path}/{uuid.uuid4()}.parquet"
         arrow = pa.Table.from_pylist(members)
-        out.append((write_data_file(table.io, location, arrow, schema, partition=partition,
-                                    spec_id=spec.spec_id), members))
+        out.append(
+            (
+                write_data_file(
+                    table.io, location, arrow, schema, partition=partition, spec_id=spec.spec_id
+                ),
+                members,
+            )
+        )
     return out
 
 

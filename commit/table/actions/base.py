@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Union
+from typing import Protocol
 
 from commit.io import FileIO
 from commit.spec.metadata import TableMetadata
@@ -26,7 +26,7 @@ class NoChange:
     reason: str
 
 
-Plan = Union[SnapshotChanges, MetadataUpdates, NoChange]
+Plan = SnapshotChanges | MetadataUpdates | NoChange
 
 
 class Action(Protocol):

@@ -7,8 +7,8 @@ replacement); either is a conflict for the rewrite, never for the writers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from commit.errors import CommitConflictError
 from commit.io import FileIO

@@ -9,8 +9,8 @@ them to the rows' new positions); without one they are returned inside
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 from pyroaring import BitMap64
 

@@ -72,7 +72,10 @@ class UpdateSchema:
             return NoChange("schema already has these changes")
         candidate = Schema(tuple(fields), 0, schema.identifier_field_ids)
         for s in base.schemas:  # reuse an identical earlier schema's id, as Java does
-            if s.fields == candidate.fields and s.identifier_field_ids == schema.identifier_field_ids:
+            if (
+                s.fields == candidate.fields
+                and s.identifier_field_ids == schema.identifier_field_ids
+            ):
                 return MetadataUpdates(
                     (SetCurrentSchema(s.schema_id),),
                     (AssertCurrentSchemaId(base.current_schema_id),),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from commit.errors import CommitConflictError, SchemaError
 from commit.spec.metadata import TableMetadata

@@ -20,8 +20,7 @@ def _pyiceberg(cat: SqlCatalog) -> PyIcebergSqlCatalog:
 
 @pytest.fixture(params=["sqlite", "postgres"])
 def shared(request):
-    return request.getfixturevalue("sqlite_catalog" if request.param == "sqlite"
-                                   else "pg_catalog")
+    return request.getfixturevalue("sqlite_catalog" if request.param == "sqlite" else "pg_catalog")
 
 
 def test_pyiceberg_lists_and_reads_calving_tables(shared):

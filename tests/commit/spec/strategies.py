@@ -19,9 +19,7 @@ from commit.spec.types import (
 
 primitive_types = st.one_of(
     st.sampled_from([PrimitiveType(n) for n in PRIMITIVE_NAMES if n != "unknown"]),
-    st.builds(
-        lambda p, s: decimal(p, min(s, p)), st.integers(1, 38), st.integers(0, 38)
-    ),
+    st.builds(lambda p, s: decimal(p, min(s, p)), st.integers(1, 38), st.integers(0, 38)),
     st.builds(fixed, st.integers(1, 64)),
 )
 
@@ -47,7 +45,10 @@ def nested_types(draw: st.DrawFn, next_id: list[int], depth: int = 0) -> Iceberg
     if kind == "map":
         kid, vid = fresh(), fresh()
         return MapType(
-            kid, draw(primitive_types), vid, draw(nested_types(next_id, depth + 1)),
+            kid,
+            draw(primitive_types),
+            vid,
+            draw(nested_types(next_id, depth + 1)),
             draw(st.booleans()),
         )
     return StructType(tuple(draw(field_lists(next_id, depth + 1))))
@@ -61,8 +62,13 @@ def field_lists(draw: st.DrawFn, next_id: list[int], depth: int = 0) -> list[Nes
         next_id[0] += 1
         fid = next_id[0]
         out.append(
-            NestedField(fid, name, draw(nested_types(next_id, depth)), draw(st.booleans()),
-                        draw(st.none() | names))
+            NestedField(
+                fid,
+                name,
+                draw(nested_types(next_id, depth)),
+                draw(st.booleans()),
+                draw(st.none() | names),
+            )
         )
     return out
 
@@ -71,8 +77,10 @@ def field_lists(draw: st.DrawFn, next_id: list[int], depth: int = 0) -> list[Nes
 def schemas(draw: st.DrawFn) -> Schema:
     fields = draw(field_lists([0]))
     candidates = [
-        f.field_id for f in fields
-        if f.required and isinstance(f.field_type, PrimitiveType)
+        f.field_id
+        for f in fields
+        if f.required
+        and isinstance(f.field_type, PrimitiveType)
         and f.field_type.name not in ("float", "double")
     ]
     ids = draw(st.lists(st.sampled_from(candidates), unique=True)) if candidates else []

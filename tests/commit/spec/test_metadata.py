@@ -22,17 +22,26 @@ props = st.dictionaries(st.text(min_size=1, max_size=10), st.text(max_size=20), 
 @st.composite
 def metadata(draw):
     schema = draw(schemas())
-    m = new_table_metadata(schema, "file:///w/db/t", PartitionSpec(0),
-                           properties=draw(props))
+    m = new_table_metadata(schema, "file:///w/db/t", PartitionSpec(0), properties=draw(props))
     n = draw(st.integers(0, 4))
     snap_ids = draw(st.lists(ids, min_size=n, max_size=n, unique=True))
     snaps, parent = [], None
     for i, sid in enumerate(snap_ids):
         summary = {"operation": draw(st.sampled_from(["append", "overwrite", "delete"]))}
         summary.update(draw(props))
-        snaps.append(Snapshot(sid, parent, i + 1, 1_700_000_000_000 + i,
-                              f"file:///w/db/t/metadata/snap-{sid}.avro", summary,
-                              schema.schema_id, i * 10, 10))
+        snaps.append(
+            Snapshot(
+                sid,
+                parent,
+                i + 1,
+                1_700_000_000_000 + i,
+                f"file:///w/db/t/metadata/snap-{sid}.avro",
+                summary,
+                schema.schema_id,
+                i * 10,
+                10,
+            )
+        )
         parent = sid
     m = m.with_changes(
         snapshots=tuple(snaps),
@@ -41,8 +50,10 @@ def metadata(draw):
         last_sequence_number=n,
         next_row_id=n * 10,
         snapshot_log=tuple(SnapshotLogEntry(s.timestamp_ms, s.snapshot_id) for s in snaps),
-        metadata_log=tuple(MetadataLogEntry(1_700_000_000_000 + i, f"file:///w/m{i}.json")
-                           for i in range(draw(st.integers(0, 3)))),
+        metadata_log=tuple(
+            MetadataLogEntry(1_700_000_000_000 + i, f"file:///w/m{i}.json")
+            for i in range(draw(st.integers(0, 3)))
+        ),
         schemas=(schema,),
         current_schema_id=schema.schema_id,
     )
@@ -79,8 +90,9 @@ def test_reads_pyiceberg_written_older_versions(tmp_path, version):
 
     cat = SqlCatalog("v", uri=f"sqlite:///{tmp_path}/c.db", warehouse=f"file://{tmp_path}")
     cat.create_namespace("n")
-    t = cat.create_table("n.t", schema=pa.schema([("a", pa.int64())]),
-                         properties={"format-version": str(version)})
+    t = cat.create_table(
+        "n.t", schema=pa.schema([("a", pa.int64())]), properties={"format-version": str(version)}
+    )
     t.append(pa.table({"a": [1, 2, 3]}))
     loc = cat.load_table("n.t").metadata_location
     with open(loc.replace("file://", ""), "rb") as f:

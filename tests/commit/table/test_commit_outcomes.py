@@ -28,7 +28,7 @@ def _files(table, rows):
 def _all_files(table) -> set[str]:
     import os
 
-    root = table.metadata.location[len("file://"):]
+    root = table.metadata.location[len("file://") :]
     return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
 
 
@@ -76,8 +76,9 @@ def test_unknown_outcome_with_unreadable_catalog_stays_unknown(sqlite_catalog, m
 
     table = make_table(sqlite_catalog)
     files = _files(table, [row(1)])
-    sqlite_catalog.swap_hook = lambda stage, ident: (_ for _ in ()).throw(
-        CommitStateUnknownError("lost")) if stage == "after" else None
+    sqlite_catalog.swap_hook = lambda stage, ident: (
+        (_ for _ in ()).throw(CommitStateUnknownError("lost")) if stage == "after" else None
+    )
 
     def unavailable(ident):
         raise CatalogUnavailableError("down")
@@ -93,16 +94,18 @@ def test_unknown_outcome_with_unreadable_catalog_stays_unknown(sqlite_catalog, m
 
     monkeypatch.setattr(sqlite_catalog, "load_metadata_location", flaky)
     before = _all_files(table)
-    outcome = commit_action(sqlite_catalog, table.ident, FastAppend(files), io=table.io,
-                            sleep=lambda s: None)
+    outcome = commit_action(
+        sqlite_catalog, table.ident, FastAppend(files), io=table.io, sleep=lambda s: None
+    )
     assert isinstance(outcome, Unknown)
     assert before <= _all_files(table)  # never clean up after an unknown outcome
 
 
 def test_replayed_offsets_commit_nothing_and_ledger_survives_expiry(sqlite_catalog):
     table = make_table(sqlite_catalog)
-    claims = [LedgerClaim("w1", {("orders", 0): OffsetRange(i * 10, i * 10 + 10)})
-              for i in range(3)]
+    claims = [
+        LedgerClaim("w1", {("orders", 0): OffsetRange(i * 10, i * 10 + 10)}) for i in range(3)
+    ]
     for i, claim in enumerate(claims):
         out = table.commit(FastAppend(_files(table, [row(i)]), ledger=claim))
         assert isinstance(out, Committed)
@@ -114,11 +117,17 @@ def test_replayed_offsets_commit_nothing_and_ledger_survives_expiry(sqlite_catal
     table.refresh()
     assert len(table.metadata.snapshots) == snapshots
 
-    gap = table.commit(FastAppend(_files(table, [row(98)]),
-                                  ledger=LedgerClaim("w1", {("orders", 0): OffsetRange(40, 50)})))
+    gap = table.commit(
+        FastAppend(
+            _files(table, [row(98)]), ledger=LedgerClaim("w1", {("orders", 0): OffsetRange(40, 50)})
+        )
+    )
     assert isinstance(gap, Conflicted)
-    overlap = table.commit(FastAppend(
-        _files(table, [row(97)]), ledger=LedgerClaim("w1", {("orders", 0): OffsetRange(25, 35)})))
+    overlap = table.commit(
+        FastAppend(
+            _files(table, [row(97)]), ledger=LedgerClaim("w1", {("orders", 0): OffsetRange(25, 35)})
+        )
+    )
     assert isinstance(overlap, Conflicted)
 
     expired = table.commit(ExpireSnapshots(retain_last=1))
@@ -129,7 +138,8 @@ def test_replayed_offsets_commit_nothing_and_ledger_survives_expiry(sqlite_catal
     again = table.commit(FastAppend(_files(table, [row(96)]), ledger=claims[0]))
     assert isinstance(again, Skipped)
     assert pyiceberg_rows(table.metadata_location, COLUMNS) == rows_as_tuples(
-        [row(0), row(1), row(2)])
+        [row(0), row(1), row(2)]
+    )
 
 
 def test_deletes_on_a_concurrently_rewritten_file_are_handed_back(sqlite_catalog):
@@ -143,8 +153,13 @@ def test_deletes_on_a_concurrently_rewritten_file_are_handed_back(sqlite_catalog
     base = (table.metadata_location, table.metadata)
     old, members = max(written, key=lambda fr: fr[0].record_count)
     new_location = old.file_path.replace(".parquet", "-compacted.parquet")
-    new = write_data_file(table.io, new_location, pa.Table.from_pylist(members),
-                          table.metadata.schema, partition=old.partition)
+    new = write_data_file(
+        table.io,
+        new_location,
+        pa.Table.from_pylist(members),
+        table.metadata.schema,
+        partition=old.partition,
+    )
     assert isinstance(table.commit(RewriteFiles((old.file_path,), (new,))), Committed)
 
     stale = RowDelta(deletes={old.file_path: BitMap64([0])})
@@ -154,8 +169,10 @@ def test_deletes_on_a_concurrently_rewritten_file_are_handed_back(sqlite_catalog
     assert set(out.error.deletes[old.file_path]) == {0}
 
     # With a rebase hook the caller re-resolves to the new file's positions.
-    rebased = RowDelta(deletes={old.file_path: BitMap64([0])},
-                       rebase=lambda meta, gone: {new.file_path: BitMap64([0])})
+    rebased = RowDelta(
+        deletes={old.file_path: BitMap64([0])},
+        rebase=lambda meta, gone: {new.file_path: BitMap64([0])},
+    )
     out = commit_action(sqlite_catalog, table.ident, rebased, io=table.io, base=base)
     assert isinstance(out, Committed)
     table.refresh()

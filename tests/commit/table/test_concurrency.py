@@ -3,6 +3,7 @@ duplicated; and concurrent deletion vectors on one data file merge."""
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing as mp
 from collections import Counter
 
@@ -22,8 +23,11 @@ from tests.support.tables import make_table, row, write_partitioned
 pytestmark = pytest.mark.integration
 
 WRITERS, COMMITS = 8, 25
-RETRY = {"commit.retry.num-retries": "200", "commit.retry.min-wait-ms": "5",
-         "commit.retry.max-wait-ms": "200"}
+RETRY = {
+    "commit.retry.num-retries": "200",
+    "commit.retry.min-wait-ms": "5",
+    "commit.retry.max-wait-ms": "200",
+}
 
 
 def _writer(uri: str, warehouse: str, catalog_name: str, writer: int, out: mp.Queue) -> None:
@@ -42,8 +46,10 @@ def _writer(uri: str, warehouse: str, catalog_name: str, writer: int, out: mp.Qu
 def _run_writers(catalog: SqlCatalog) -> list[int]:
     ctx = mp.get_context("spawn")
     out: mp.Queue = ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(catalog.uri, catalog.warehouse, catalog.name, w,
-                                               out)) for w in range(WRITERS)]
+    procs = [
+        ctx.Process(target=_writer, args=(catalog.uri, catalog.warehouse, catalog.name, w, out))
+        for w in range(WRITERS)
+    ]
     for p in procs:
         p.start()
     acked = [sid for _ in procs for sid in out.get(timeout=600)]
@@ -61,7 +67,7 @@ def _check_history(table: Table, acked: list[int]) -> None:
     assert sorted(s.snapshot_id for s in chain) == sorted(acked)  # every ack landed once
     seqs = [s.sequence_number for s in reversed(chain)]
     assert seqs == list(range(1, WRITERS * COMMITS + 1))  # contiguous, linear
-    for child, parent in zip(chain, chain[1:]):
+    for child, parent in itertools.pairwise(chain):
         assert child.parent_snapshot_id == parent.snapshot_id
     refs = Counter()
     for mf in scan.manifest_files(table.io, m.current_snapshot):
@@ -95,10 +101,20 @@ def test_concurrent_dvs_on_one_file_merge(sqlite_catalog):
     assert df.record_count >= 3
     io = FileIO()
     base = (table.metadata_location, table.metadata)  # both writers start from this base
-    a = commit_action(sqlite_catalog, table.ident, RowDelta(deletes={df.file_path: BitMap64([0, 1])}),
-                      io=io, base=base)
-    b = commit_action(sqlite_catalog, table.ident, RowDelta(deletes={df.file_path: BitMap64([2])}),
-                      io=io, base=base)
+    a = commit_action(
+        sqlite_catalog,
+        table.ident,
+        RowDelta(deletes={df.file_path: BitMap64([0, 1])}),
+        io=io,
+        base=base,
+    )
+    b = commit_action(
+        sqlite_catalog,
+        table.ident,
+        RowDelta(deletes={df.file_path: BitMap64([2])}),
+        io=io,
+        base=base,
+    )
     assert isinstance(a, Committed) and isinstance(b, Committed)
     assert b.attempts == 2  # lost the swap once, re-read the DV, merged
     table.refresh()

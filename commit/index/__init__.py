@@ -1,0 +1,38 @@
+"""The primary-key index for CDC upserts: key -> live (data file, position).
+
+``keys``: canonical key encoding and hashing; ``pk_index``: the columnar index;
+``store``: saving it with the table, loading, rebuilding and catching up.
+"""
+
+from commit.index.keys import KeyHasher, KeyTypeError, NullKeyError, partition_of
+from commit.index.pk_index import IndexUpdateError, Matches, PrimaryKeyIndex
+from commit.index.store import (
+    INDEX_LOCATION_PROPERTY,
+    IndexMismatchError,
+    StaleIndexError,
+    build_from_table,
+    catch_up,
+    load,
+    load_current,
+    open_index,
+    save,
+)
+
+__all__ = [
+    "INDEX_LOCATION_PROPERTY",
+    "IndexMismatchError",
+    "IndexUpdateError",
+    "KeyHasher",
+    "KeyTypeError",
+    "Matches",
+    "NullKeyError",
+    "PrimaryKeyIndex",
+    "StaleIndexError",
+    "build_from_table",
+    "catch_up",
+    "load",
+    "load_current",
+    "open_index",
+    "partition_of",
+    "save",
+]

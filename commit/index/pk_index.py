@@ -1,0 +1,516 @@
+"""The primary-key index: key -> every live (data file, row position) holding it.
+
+Layout (columnar, no Python object per key). Entries live in *runs*, each four parallel
+numpy arrays: ``hashes`` (uint64), ``file_ids`` (uint32), ``positions`` (uint32) and the
+keys themselves (``IntKeys``/``ByteKeys``), except where the hash is a bijection of an
+integer key, which then stands for the key (16 bytes per entry in all). There are:
+
+* the *base* run, sorted by hash;
+* the *delta* run, sorted by hash, holding entries added since the last full merge;
+* *pending* runs, unsorted, one per ``add_file`` since the last lookup (sorted into the
+  delta when a lookup needs them, so a burst of additions costs one sort).
+
+Deletes never touch the runs: ``delete_positions`` records ``file_id << 32 | position``
+tombstones (a sorted uint64 array) and ``remove_file`` clears the file's live flag.
+Lookups filter candidates through both; a full merge drops dead entries once the delta,
+the tombstones or the entries of removed files outgrow ``merge_fraction`` of the base.
+
+Exactness: a hash match is only a candidate; the stored key must compare equal.
+
+Duplicate keys: a well-formed CDC table has one live row per key, but a table written
+by other tools may hold several. The index keeps every (file, position) of a key and a
+lookup returns all of them, so an update deletes every old version of the row.
+
+Not thread-safe: one writer (the driver's coordinator) owns an index.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap64
+
+from commit.errors import Terminal, UnsupportedFeatureError
+from commit.index.keys import (
+    DEFAULT_HASHER,
+    ByteKeys,
+    IntKeys,
+    KeyCodec,
+    KeyHasher,
+    Keys,
+)
+from commit.spec.types import PrimitiveType
+
+MAX_POSITION = (1 << 32) - 1
+
+
+class IndexUpdateError(Terminal):
+    """An update that does not fit the index: unknown or already indexed file, position
+    out of the file's range, malformed positions."""
+
+
+# ---------------------------------------------------------------- runs
+
+
+@dataclass(frozen=True)
+class _Run:
+    hashes: np.ndarray  # uint64
+    file_ids: np.ndarray  # uint32
+    positions: np.ndarray  # uint32
+    keys: Keys | None  # None: the hash stands for the key
+
+    def __len__(self) -> int:
+        return len(self.hashes)
+
+    @property
+    def nbytes(self) -> int:
+        extra = self.keys.nbytes if self.keys is not None else 0
+        return int(self.hashes.nbytes + self.file_ids.nbytes + self.positions.nbytes + extra)
+
+    def take(self, rows: np.ndarray) -> _Run:
+        keys = self.keys.take(rows) if self.keys is not None else None
+        return _Run(self.hashes[rows], self.file_ids[rows], self.positions[rows], keys)
+
+    def sorted(self) -> _Run:
+        if len(self) < 2 or bool(np.all(self.hashes[1:] >= self.hashes[:-1])):
+            return self
+        return self.take(np.argsort(self.hashes, kind="stable"))
+
+
+def _empty_run(int_mode: bool, store_keys: bool) -> _Run:
+    keys: Keys | None = None
+    if store_keys:
+        keys = IntKeys.concat([]) if int_mode else ByteKeys.concat([])
+    return _Run(np.empty(0, np.uint64), np.empty(0, np.uint32), np.empty(0, np.uint32), keys)
+
+
+def _concat_runs(runs: Sequence[_Run]) -> _Run:
+    runs = [r for r in runs if len(r)] or list(runs[:1])
+    if len(runs) == 1:
+        return runs[0]
+    keys: Keys | None = None
+    if runs[0].keys is not None:
+        first = runs[0].keys
+        parts = [r.keys for r in runs]
+        keys = first.concat(parts)  # type: ignore[arg-type]
+    return _Run(
+        np.concatenate([r.hashes for r in runs]),
+        np.concatenate([r.file_ids for r in runs]),
+        np.concatenate([r.positions for r in runs]),
+        keys,
+    )
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class Matches:
+    """The live rows holding the looked-up keys.
+
+    ``found[i]``: key ``i`` has at least one live row. The matches are flat, in key order:
+    match ``j`` is key ``key_rows[j]`` at (``file_ids[j]``, ``positions[j]``); a key
+    present in several live rows (duplicates) has several matches.
+    """
+
+    found: np.ndarray  # bool, one per looked-up key
+    key_rows: np.ndarray  # int64, one per match
+    file_ids: np.ndarray  # uint32, one per match
+    positions: np.ndarray  # int64, one per match
+    paths: Sequence[str]  # file id -> path (the index's id table)
+
+    def file_path(self, file_id: int) -> str:
+        return self.paths[int(file_id)]
+
+    def by_file(self) -> dict[str, np.ndarray]:
+        """Sorted positions (int64) per data file path."""
+        if not len(self.file_ids):
+            return {}
+        order = np.lexsort((self.positions, self.file_ids))
+        fids, positions = self.file_ids[order], self.positions[order]
+        bounds = np.flatnonzero(np.diff(fids)) + 1
+        starts = np.concatenate([[0], bounds])
+        groups = np.split(positions, bounds)
+        return {self.paths[int(fids[s])]: g for s, g in zip(starts, groups)}
+
+    def deletes(self) -> dict[str, BitMap64]:
+        """``by_file`` as the ``{path: BitMap64}`` a ``RowDelta`` takes."""
+        return {path: BitMap64(p.tolist()) for path, p in self.by_file().items()}
+
+
+# ---------------------------------------------------------------- the index
+
+
+class PrimaryKeyIndex:
+    """Maps primary key -> every live (data file, position) holding it.
+
+    Keys are passed as Arrow tables whose columns are the key columns in
+    ``key_field_ids`` order (matched by position, not by name). ``table_uuid`` and
+    ``snapshot_id`` say which table state the index reflects; whoever applies a
+    snapshot's changes sets them (``store.catch_up`` and ``store.build_from_table`` do).
+    """
+
+    def __init__(
+        self,
+        key_field_ids: Sequence[int],
+        key_types: Sequence[PrimitiveType],
+        *,
+        table_uuid: str | None = None,
+        snapshot_id: int | None = None,
+        hasher: KeyHasher = DEFAULT_HASHER,
+        min_merge_rows: int = 1 << 16,
+        merge_fraction: float = 0.125,
+    ) -> None:
+        if len(key_field_ids) != len(key_types):
+            raise ValueError("key_field_ids and key_types differ in length")
+        self.key_field_ids = tuple(int(i) for i in key_field_ids)
+        self.key_types = tuple(key_types)
+        self.codec = KeyCodec(self.key_types, self.key_field_ids)
+        self.hasher = hasher
+        self.table_uuid = table_uuid
+        self.snapshot_id = snapshot_id
+        self.min_merge_rows = min_merge_rows
+        self.merge_fraction = merge_fraction
+        self._store_keys = not (self.codec.int_mode and hasher.ints_are_keys)
+        self._base = _empty_run(self.codec.int_mode, self._store_keys)
+        self._delta = self._base
+        self._pending: list[_Run] = []
+        self._tomb = np.empty(0, np.uint64)
+        self._tomb_pending: list[np.ndarray] = []
+        self._paths: list[str] = []
+        self._ids: dict[str, int] = {}
+        self._file_live = np.zeros(16, bool)
+        self._file_rows = np.zeros(16, np.int64)
+        self._file_entries = np.zeros(16, np.int64)
+        self._dead_entries = 0
+
+    def promote_key_types(self, key_types: Sequence[PrimitiveType]) -> None:
+        """Follow a schema change of the key columns that keeps every key's encoding
+        (int -> long, decimal precision widening)."""
+        codec = KeyCodec(tuple(key_types), self.key_field_ids)
+        if codec.encoding_class() != self.codec.encoding_class():
+            raise IndexUpdateError(
+                f"key types {[str(t) for t in key_types]} do not encode like "
+                f"{[str(t) for t in self.key_types]}; rebuild the index"
+            )
+        self.key_types, self.codec = codec.key_types, codec
+
+    # ------------------------------------------------------------ files
+
+    @property
+    def file_paths(self) -> list[str]:
+        """Paths of the indexed (live) data files."""
+        return list(self._ids)
+
+    def has_file(self, file_path: str) -> bool:
+        return file_path in self._ids
+
+    def file_path(self, file_id: int) -> str:
+        return self._paths[int(file_id)]
+
+    def file_row_count(self, file_path: str) -> int:
+        return int(self._file_rows[self._require(file_path)])
+
+    def _require(self, file_path: str) -> int:
+        fid = self._ids.get(file_path)
+        if fid is None:
+            raise IndexUpdateError(f"{file_path}: not in the primary-key index")
+        return fid
+
+    def _new_file_id(self, file_path: str, rows: int, entries: int) -> int:
+        fid = len(self._paths)
+        if fid > MAX_POSITION:
+            raise UnsupportedFeatureError("primary-key index: more than 2^32 file ids")
+        if fid >= len(self._file_live):
+            grow = len(self._file_live)
+            self._file_live = np.concatenate([self._file_live, np.zeros(grow, bool)])
+            self._file_rows = np.concatenate([self._file_rows, np.zeros(grow, np.int64)])
+            self._file_entries = np.concatenate([self._file_entries, np.zeros(grow, np.int64)])
+        self._paths.append(file_path)
+        self._ids[file_path] = fid
+        self._file_live[fid] = True
+        self._file_rows[fid] = rows
+        self._file_entries[fid] = entries
+        return fid
+
+    # ------------------------------------------------------------ updates
+
+    def add_file(
+        self,
+        file_path: str,
+        keys: pa.Table | pa.RecordBatch,
+        *,
+        positions: Any = None,
+        row_count: int | None = None,
+    ) -> None:
+        """Index a new data file. Row ``i`` of ``keys`` is at position ``i``, or at
+        ``positions[i]`` when given (e.g. the rows a deletion vector left live).
+        ``row_count`` is the file's row count (default: one past the last position);
+        later deletes must fall below it."""
+        self._add_encoded(file_path, *self._prepare(file_path, keys, positions, row_count))
+
+    def _prepare(
+        self,
+        file_path: str,
+        keys: pa.Table | pa.RecordBatch,
+        positions: Any,
+        row_count: int | None,
+    ) -> tuple[Keys, np.ndarray, int]:
+        if file_path in self._ids:
+            raise IndexUpdateError(f"{file_path}: already in the primary-key index")
+        encoded = self.codec.encode(keys)
+        n = len(encoded)
+        if positions is None:
+            top = n
+            pos64 = None
+        else:
+            pos64 = _as_positions(positions)
+            if len(pos64) != n:
+                raise IndexUpdateError(f"{file_path}: {n} keys but {len(pos64)} positions")
+            if len(np.unique(pos64)) != n:
+                raise IndexUpdateError(f"{file_path}: repeated positions")
+            top = int(pos64.max()) + 1 if n else 0
+        rows = top if row_count is None else row_count
+        if top > rows:
+            raise IndexUpdateError(f"{file_path}: position beyond the file's {rows} rows")
+        if rows > MAX_POSITION + 1:
+            raise UnsupportedFeatureError(f"{file_path}: more than 2^32 rows in one file")
+        pos = np.arange(n, dtype=np.uint32) if pos64 is None else pos64.astype(np.uint32)
+        return encoded, pos, rows
+
+    def _add_encoded(self, file_path: str, keys: Keys, positions: np.ndarray, rows: int) -> None:
+        fid = self._new_file_id(file_path, rows, len(keys))
+        hashes = self.hasher.hash(keys)
+        file_ids = np.full(len(keys), fid, np.uint32)
+        if len(keys):
+            self._pending.append(
+                _Run(hashes, file_ids, positions, keys if self._store_keys else None)
+            )
+
+    def delete_positions(self, file_path: str, positions: Any) -> None:
+        """Forget the rows at ``positions`` of a file (a new deletion vector's positions).
+        Idempotent; positions not indexed (already deleted) are ignored."""
+        fid = self._require(file_path)
+        pos = _as_positions(positions)
+        if not len(pos):
+            return
+        if int(pos.max()) >= self._file_rows[fid]:
+            raise IndexUpdateError(
+                f"{file_path}: position {int(pos.max())} beyond its {self._file_rows[fid]} rows"
+            )
+        self._tomb_pending.append((np.uint64(fid) << np.uint64(32)) | pos.astype(np.uint64))
+
+    def remove_file(self, file_path: str) -> None:
+        """Forget every row of a data file the table no longer holds."""
+        fid = self._require(file_path)
+        del self._ids[file_path]
+        self._file_live[fid] = False
+        self._dead_entries += int(self._file_entries[fid])
+
+    def replace_files(
+        self, removed: Iterable[str], added: Mapping[str, pa.Table | pa.RecordBatch]
+    ) -> None:
+        """Compaction: forget ``removed`` and index each new file from its keys (row order
+        = positions). All or nothing: a bad key or path leaves the index unchanged."""
+        removed = list(removed)
+        if len(set(removed)) != len(removed):
+            raise IndexUpdateError("replace_files: a removed file is named twice")
+        for path in removed:
+            self._require(path)
+        prepared = []
+        for path, keys in added.items():
+            if path in self._ids and path not in removed:
+                raise IndexUpdateError(f"{path}: already in the primary-key index")
+            saved = self._ids.pop(path, None)  # a path both removed and re-added is new
+            try:
+                prepared.append((path, *self._prepare(path, keys, None, None)))
+            finally:
+                if saved is not None:
+                    self._ids[path] = saved
+        for path in removed:
+            self.remove_file(path)
+        for path, keys_, pos, rows in prepared:
+            self._add_encoded(path, keys_, pos, rows)
+
+    # ------------------------------------------------------------ lookups
+
+    def lookup(self, keys: pa.Table | pa.RecordBatch) -> Matches:
+        """Every live (file, position) of each key; vectorized over the batch."""
+        encoded = self.codec.encode(keys)
+        n = len(encoded)
+        self._settle()
+        hashes = self.hasher.hash(encoded)
+        order = np.argsort(hashes, kind="stable")  # sorted probes walk memory in order
+        sorted_hashes = hashes[order]
+        parts = [
+            self._probe(run, sorted_hashes, order, encoded)
+            for run in (self._base, self._delta)
+            if len(run)
+        ]
+        if parts:
+            key_rows = np.concatenate([p[0] for p in parts])
+            file_ids = np.concatenate([p[1] for p in parts])
+            positions = np.concatenate([p[2] for p in parts]).astype(np.int64)
+            by_key = np.argsort(key_rows, kind="stable")
+            key_rows, file_ids, positions = key_rows[by_key], file_ids[by_key], positions[by_key]
+        else:
+            key_rows = np.empty(0, np.int64)
+            file_ids = np.empty(0, np.uint32)
+            positions = np.empty(0, np.int64)
+        found = np.zeros(n, bool)
+        found[key_rows] = True
+        return Matches(found, key_rows, file_ids, positions, self._paths)
+
+    def _probe(
+        self, run: _Run, probes: np.ndarray, order: np.ndarray, keys: Keys
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        size = len(run)
+        lo = np.searchsorted(run.hashes, probes, "left")
+        at = np.minimum(lo, size - 1)
+        hit = run.hashes[at] == probes
+        following = np.minimum(lo + 1, size - 1)
+        repeated = hit & (lo + 1 < size) & (run.hashes[following] == probes)
+        if not repeated.any():
+            probe_rows = np.flatnonzero(hit)
+            run_rows = lo[probe_rows]
+        else:  # equal hashes: duplicate keys or collisions, expand every candidate
+            hi = np.searchsorted(run.hashes, probes, "right")
+            count = np.where(hit, hi - lo, 0)
+            probe_rows = np.repeat(np.arange(len(probes)), count)
+            starts = np.cumsum(count) - count
+            run_rows = np.arange(int(count.sum())) - np.repeat(starts - lo, count)
+        key_rows = order[probe_rows]
+        if run.keys is not None:
+            same = keys.equal_at(key_rows, run.keys, run_rows)  # type: ignore[arg-type]
+            key_rows, run_rows = key_rows[same], run_rows[same]
+        file_ids = run.file_ids[run_rows]
+        positions = run.positions[run_rows]
+        alive = self._alive(file_ids, positions)
+        return key_rows[alive], file_ids[alive], positions[alive]
+
+    def _alive(self, file_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
+        alive = self._file_live[file_ids]
+        if len(self._tomb):
+            locs = (file_ids.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
+            at = np.minimum(np.searchsorted(self._tomb, locs), len(self._tomb) - 1)
+            alive &= self._tomb[at] != locs
+        return alive  # type: ignore[no-any-return]
+
+    # ------------------------------------------------------------ maintenance
+
+    def _settle(self) -> None:
+        """Sort pending additions into the delta; merge fully when deletes pile up."""
+        if self._pending:
+            self._delta = _concat_runs([self._delta, *self._pending]).sorted()
+            self._pending = []
+        if self._tomb_pending:
+            self._tomb = np.union1d(self._tomb, np.concatenate(self._tomb_pending))
+            self._tomb_pending = []
+        limit = max(self.min_merge_rows, int(len(self._base) * self.merge_fraction))
+        if len(self._delta) > limit or len(self._tomb) > limit or self._dead_entries > limit:
+            self.compact()
+
+    def compact(self) -> None:
+        """Merge everything into one sorted base run without dead entries."""
+        if self._tomb_pending:
+            self._tomb = np.union1d(self._tomb, np.concatenate(self._tomb_pending))
+            self._tomb_pending = []
+        merged = _concat_runs([self._base, self._delta, *self._pending])
+        alive = self._alive(merged.file_ids, merged.positions)
+        if not alive.all():
+            merged = merged.take(np.flatnonzero(alive))
+        self._base = merged.sorted()
+        self._delta = _empty_run(self.codec.int_mode, self._store_keys)
+        self._pending = []
+        self._tomb = np.empty(0, np.uint64)
+        self._file_entries[: len(self._paths)] = np.bincount(
+            self._base.file_ids, minlength=len(self._paths)
+        )[: len(self._paths)]
+        self._dead_entries = 0
+
+    def __len__(self) -> int:
+        """Live entries (compacts first)."""
+        self.compact()
+        return len(self._base)
+
+    def live_rows_per_file(self) -> dict[str, int]:
+        """Indexed rows of each live file (compacts first)."""
+        self.compact()
+        return {path: int(self._file_entries[fid]) for path, fid in self._ids.items()}
+
+    @property
+    def nbytes(self) -> int:
+        """Resident bytes: numpy arrays plus the file path strings."""
+        arrays = self._base.nbytes + self._delta.nbytes + sum(r.nbytes for r in self._pending)
+        arrays += self._tomb.nbytes + sum(t.nbytes for t in self._tomb_pending)
+        arrays += self._file_live.nbytes + self._file_rows.nbytes + self._file_entries.nbytes
+        return int(arrays + sum(sys.getsizeof(p) for p in self._paths))
+
+    # ------------------------------------------------------------ persistence support
+
+    def export_entries(self) -> tuple[Keys, np.ndarray, np.ndarray, list[tuple[str, int]]]:
+        """Compact, then (keys, file indexes, positions, [(path, row count)]) with file
+        indexes renumbered densely over the live files, entries in hash order."""
+        self.compact()
+        run = self._base
+        live = np.flatnonzero(self._file_live[: len(self._paths)])
+        renumber = np.full(len(self._paths), -1, np.int64)
+        renumber[live] = np.arange(len(live))
+        files = [(self._paths[i], int(self._file_rows[i])) for i in live]
+        keys: Keys = (
+            run.keys if run.keys is not None else IntKeys(self.hasher.int_from_hash(run.hashes))
+        )
+        file_index = renumber[run.file_ids].astype(np.uint32)
+        return keys, file_index, run.positions, files
+
+    @classmethod
+    def from_entries(
+        cls,
+        key_field_ids: Sequence[int],
+        key_types: Sequence[PrimitiveType],
+        keys: Keys,
+        file_index: np.ndarray,
+        positions: np.ndarray,
+        files: Sequence[tuple[str, int]],
+        **options: Any,
+    ) -> PrimaryKeyIndex:
+        """An index holding the given entries (``file_index`` points into ``files``).
+        Raises ``IndexUpdateError`` on inconsistent input."""
+        index = cls(key_field_ids, key_types, **options)
+        file_index = np.asarray(file_index, np.uint32)
+        positions = np.asarray(positions, np.uint32)
+        if not len(file_index) == len(positions) == len(keys):
+            raise IndexUpdateError("entry columns differ in length")
+        if len(file_index) and int(file_index.max()) >= len(files):
+            raise IndexUpdateError("an entry names a file id beyond the file table")
+        for path, rows in files:
+            if path in index._ids:
+                raise IndexUpdateError(f"{path}: named twice in the file table")
+            index._new_file_id(path, rows, 0)
+        rows_of = index._file_rows[: len(files)]
+        if len(positions) and bool(np.any(positions >= rows_of[file_index])):
+            raise IndexUpdateError("an entry's position is beyond its file's row count")
+        if isinstance(keys, IntKeys) != index.codec.int_mode:
+            raise IndexUpdateError("key column kind does not fit the key types")
+        hashes = index.hasher.hash(keys)
+        run = _Run(hashes, file_index, positions, keys if index._store_keys else None)
+        index._base = run.sorted()
+        index._file_entries[: len(files)] = np.bincount(file_index, minlength=len(files))
+        return index
+
+
+def _as_positions(positions: Any) -> np.ndarray:
+    if isinstance(positions, BitMap64):
+        return np.frombuffer(positions.to_array(), np.uint64).astype(np.int64)
+    pos = np.asarray(positions)
+    if pos.ndim != 1 or (len(pos) and pos.dtype.kind not in "iu"):
+        raise IndexUpdateError(f"positions must be a 1-d integer array, got {pos.dtype}")
+    pos = pos.astype(np.int64)
+    if len(pos) and int(pos.min()) < 0:
+        raise IndexUpdateError("negative position")
+    return pos

@@ -1,0 +1,495 @@
+"""The index and the table: save and load it beside the metadata, rebuild it from the
+data files, and catch it up to a newer snapshot.
+
+File: ``<table location>/metadata/calving-index/<snapshot-id>-<uuid>.arrow``, an Arrow IPC
+file (zstd) with columns ``key`` (int64 for a one-column integer key, else the canonical
+key bytes as large_binary), ``file`` (uint32, into the file table) and ``position``
+(uint32), and schema metadata: ``calving.index.format`` (1), ``calving.table-uuid``,
+``calving.snapshot-id``, ``calving.key-field-ids`` and ``calving.key-types`` (JSON), and
+``calving.files`` (JSON ``[[path, row count], ...]``). Hashes are not stored: they are
+recomputed on load, so a file never depends on the hash function of the writer.
+
+The commit that changes the table records the current index file in the table property
+``calving.index.location``. ``load`` checks the file against the table: same UUID and key,
+snapshot id equal to the current one (else ``StaleIndexError``, carrying the loaded index
+so ``catch_up`` can bring it forward) and, from manifests alone, the same live data files
+with ``record_count - deletion vector cardinality`` rows each, which catches a file saved
+for a commit that then landed on another parent.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from commit.errors import (
+    CalvingError,
+    CorruptFileError,
+    FileIOError,
+    FileNotFoundInTableError,
+    SchemaError,
+    Terminal,
+    UnsupportedFeatureError,
+)
+from commit.index.keys import ByteKeys, IntKeys, KeyCodec, Keys
+from commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
+from commit.io import FileIO
+from commit.spec.data_file import DataFile
+from commit.spec.metadata import TableMetadata
+from commit.spec.types import PrimitiveType, primitive_from_string
+from commit.table import scan
+
+log = logging.getLogger(__name__)
+
+INDEX_LOCATION_PROPERTY = "calving.index.location"
+INDEX_DIRECTORY = "metadata/calving-index"
+FORMAT_VERSION = "1"
+_FIELD_ID = b"PARQUET:field_id"
+_MD_FORMAT = b"calving.index.format"
+_MD_UUID = b"calving.table-uuid"
+_MD_SNAPSHOT = b"calving.snapshot-id"
+_MD_KEY_IDS = b"calving.key-field-ids"
+_MD_KEY_TYPES = b"calving.key-types"
+_MD_FILES = b"calving.files"
+
+
+class StaleIndexError(CalvingError):
+    """The index file reflects another snapshot than the table's current one.
+
+    ``index`` is the loaded index (at ``index_snapshot_id``): ``catch_up`` it.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        index_snapshot_id: int | None,
+        table_snapshot_id: int | None,
+        index: PrimaryKeyIndex,
+    ) -> None:
+        self.location = location
+        self.index_snapshot_id = index_snapshot_id
+        self.table_snapshot_id = table_snapshot_id
+        self.index = index
+        super().__init__(
+            f"{location}: index of snapshot {index_snapshot_id}, "
+            f"table is at snapshot {table_snapshot_id}"
+        )
+
+
+class IndexMismatchError(Terminal):
+    """The index file belongs to another table or key, or does not match the live files
+    of the snapshot it claims; rebuild it."""
+
+
+# ---------------------------------------------------------------- key of a table
+
+
+def key_spec(
+    metadata: TableMetadata, key_field_ids: Sequence[int] | None = None
+) -> tuple[tuple[int, ...], tuple[PrimitiveType, ...]]:
+    """Key field ids (default: the schema's identifier fields) and their types."""
+    schema = metadata.schema
+    ids = tuple(key_field_ids) if key_field_ids else schema.identifier_field_ids
+    if not ids:
+        raise SchemaError(
+            f"table {metadata.table_uuid} has no identifier fields; "
+            "a primary-key index needs key field ids"
+        )
+    types = []
+    for fid in ids:
+        f = schema.find_field(fid)
+        if f is None or not isinstance(f.field_type, PrimitiveType):
+            raise SchemaError(f"key field id {fid} is not a primitive field of the schema")
+        types.append(f.field_type)
+    return ids, tuple(types)
+
+
+# ---------------------------------------------------------------- save / load
+
+
+def index_file_location(table_location: str, snapshot_id: int | None) -> str:
+    name = f"{'none' if snapshot_id is None else snapshot_id}-{uuid.uuid4()}.arrow"
+    return f"{table_location.rstrip('/')}/{INDEX_DIRECTORY}/{name}"
+
+
+def save(io: FileIO, index: PrimaryKeyIndex, table_location: str) -> str:
+    """Write the index (compacting it) to a new file; returns its location."""
+    if index.table_uuid is None:
+        raise IndexUpdateError("the index has no table_uuid; set it before saving")
+    keys, file_index, positions, files = index.export_entries()
+    metadata = {
+        _MD_FORMAT: FORMAT_VERSION,
+        _MD_UUID: index.table_uuid,
+        _MD_SNAPSHOT: "" if index.snapshot_id is None else str(index.snapshot_id),
+        _MD_KEY_IDS: json.dumps(list(index.key_field_ids)),
+        _MD_KEY_TYPES: json.dumps([str(t) for t in index.key_types]),
+        _MD_FILES: json.dumps(files),
+    }
+    table = pa.table(
+        {
+            "key": keys.to_arrow(),
+            "file": pa.array(file_index, pa.uint32()),
+            "position": pa.array(positions, pa.uint32()),
+        },
+    ).replace_schema_metadata(metadata)
+    location = index_file_location(table_location, index.snapshot_id)
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    try:
+        with (
+            io.new_output_stream(location) as sink,
+            pa.ipc.new_file(sink, table.schema, options=options) as writer,
+        ):
+            writer.write_table(table, max_chunksize=1 << 20)
+    except (OSError, pa.ArrowException) as err:
+        raise FileIOError(f"{location}: writing the index failed: {err}") from err
+    return location
+
+
+def load(
+    io: FileIO,
+    location: str,
+    metadata: TableMetadata,
+    key_field_ids: Sequence[int] | None = None,
+    *,
+    verify_files: bool = True,
+    **options: Any,
+) -> PrimaryKeyIndex:
+    """Load the index at ``location`` (the one the table property names) for this table.
+
+    Raises ``IndexMismatchError`` (other table or key, or content that does not fit the
+    snapshot), ``StaleIndexError`` (older snapshot), ``CorruptFileError`` or
+    ``FileNotFoundInTableError``. ``options`` go to ``PrimaryKeyIndex``.
+    """
+    try:
+        table = pa.ipc.open_file(pa.BufferReader(io.read(location))).read_all()
+    except pa.ArrowException as err:
+        raise CorruptFileError(location, f"not an Arrow IPC index file: {err}") from None
+    md = table.schema.metadata or {}
+    if md.get(_MD_FORMAT) != FORMAT_VERSION.encode():
+        raise CorruptFileError(location, f"unknown index format {md.get(_MD_FORMAT)!r}")
+    try:
+        table_uuid = md[_MD_UUID].decode()
+        snapshot_text = md[_MD_SNAPSHOT].decode()
+        snapshot_id = int(snapshot_text) if snapshot_text else None
+        stored_ids = tuple(int(i) for i in json.loads(md[_MD_KEY_IDS]))
+        stored_types = [primitive_from_string(t) for t in json.loads(md[_MD_KEY_TYPES])]
+        files = [(str(p), int(n)) for p, n in json.loads(md[_MD_FILES])]
+    except (KeyError, ValueError, TypeError, SchemaError) as err:
+        raise CorruptFileError(location, f"index metadata is malformed: {err!r}") from None
+    if table_uuid != metadata.table_uuid:
+        raise IndexMismatchError(
+            f"{location}: index of table {table_uuid}, not {metadata.table_uuid}"
+        )
+    ids, types = key_spec(metadata, key_field_ids)
+    if stored_ids != ids or (
+        KeyCodec(stored_types).encoding_class() != KeyCodec(types).encoding_class()
+    ):
+        raise IndexMismatchError(
+            f"{location}: index of key {stored_ids} {[str(t) for t in stored_types]}, wanted {ids}"
+        )
+    index = _from_table(
+        location,
+        table,
+        ids,
+        types,
+        files,
+        table_uuid=table_uuid,
+        snapshot_id=snapshot_id,
+        **options,
+    )
+    if snapshot_id != metadata.current_snapshot_id:
+        raise StaleIndexError(location, snapshot_id, metadata.current_snapshot_id, index)
+    if verify_files:
+        problem = mismatch_with_table(io, index, metadata)
+        if problem:
+            raise IndexMismatchError(f"{location}: {problem}")
+    return index
+
+
+def _from_table(
+    location: str,
+    table: pa.Table,
+    ids: tuple[int, ...],
+    types: tuple[PrimitiveType, ...],
+    files: list[tuple[str, int]],
+    **options: Any,
+) -> PrimaryKeyIndex:
+    try:
+        key_col = table.column("key").combine_chunks()
+        keys: Keys
+        if pa.types.is_integer(key_col.type):
+            keys = IntKeys(np.asarray(key_col.to_numpy(zero_copy_only=False), np.int64))
+        else:
+            keys = ByteKeys.from_arrow(key_col)
+        file_index = table.column("file").to_numpy().astype(np.uint32)
+        positions = table.column("position").to_numpy().astype(np.uint32)
+        return PrimaryKeyIndex.from_entries(
+            ids, types, keys, file_index, positions, files, **options
+        )
+    except (KeyError, pa.ArrowException, IndexUpdateError) as err:
+        raise CorruptFileError(location, f"index entries are malformed: {err}") from None
+
+
+def load_current(
+    io: FileIO, metadata: TableMetadata, key_field_ids: Sequence[int] | None = None, **options: Any
+) -> PrimaryKeyIndex | None:
+    """The index the table property names, or None when the table records none."""
+    location = metadata.properties.get(INDEX_LOCATION_PROPERTY)
+    if not location:
+        return None
+    return load(io, location, metadata, key_field_ids, **options)
+
+
+def open_index(
+    io: FileIO, metadata: TableMetadata, key_field_ids: Sequence[int] | None = None, **options: Any
+) -> PrimaryKeyIndex:
+    """An index at the table's current snapshot, the cheapest way: the recorded file,
+    caught up if stale, rebuilt from the data files if missing, corrupt or mismatched."""
+    try:
+        index = load_current(io, metadata, key_field_ids, **options)
+    except StaleIndexError as stale:
+        return catch_up(io, stale.index, metadata)
+    except (FileNotFoundInTableError, CorruptFileError, IndexMismatchError) as err:
+        log.warning("rebuilding the primary-key index: %s", err)
+        index = None
+    if index is None:
+        index = build_from_table(io, metadata, key_field_ids, **options)
+    return index
+
+
+def mismatch_with_table(io: FileIO, index: PrimaryKeyIndex, metadata: TableMetadata) -> str:
+    """Why the index cannot reflect the current snapshot ('' if it can): it must hold
+    exactly the live data files, each with record count minus DV cardinality rows."""
+    live = scan.live_files(io, metadata, metadata.current_snapshot)
+    counts = index.live_rows_per_file()
+    if set(counts) != set(live.data):
+        extra, missing = set(counts) - set(live.data), set(live.data) - set(counts)
+        return (
+            f"index files differ from the live data files ({len(extra)} extra, "
+            f"{len(missing)} missing, e.g. {min(extra | missing)})"
+        )
+    for path, entry in live.data.items():
+        dv = live.dvs.get(path)
+        expected = entry.data_file.record_count - (dv.data_file.record_count if dv else 0)
+        if counts[path] != expected:
+            return f"{path}: index holds {counts[path]} rows, the table {expected}"
+    return ""
+
+
+# ---------------------------------------------------------------- rebuild / catch up
+
+
+@dataclass(frozen=True)
+class _FileKeys:
+    path: str
+    keys: pa.Table
+    positions: np.ndarray
+    row_count: int
+
+
+def build_from_table(
+    io: FileIO,
+    metadata: TableMetadata,
+    key_field_ids: Sequence[int] | None = None,
+    *,
+    max_workers: int = 4,
+    **options: Any,
+) -> PrimaryKeyIndex:
+    """Index the current snapshot from its data files' key columns minus DV positions."""
+    ids, types = key_spec(metadata, key_field_ids)
+    index = PrimaryKeyIndex(
+        ids,
+        types,
+        table_uuid=metadata.table_uuid,
+        snapshot_id=metadata.current_snapshot_id,
+        **options,
+    )
+    live = scan.live_files(io, metadata, metadata.current_snapshot)
+    for f in _read_live_keys(io, live, sorted(live.data), ids, max_workers):
+        index.add_file(f.path, f.keys, positions=f.positions, row_count=f.row_count)
+    index.compact()
+    return index
+
+
+def catch_up(
+    io: FileIO, index: PrimaryKeyIndex, metadata: TableMetadata, *, max_workers: int = 4
+) -> PrimaryKeyIndex:
+    """Bring ``index`` (in place) to the current snapshot by applying only what changed
+    between its snapshot and the current one: removed files, added files with their
+    DVs, and positions newly deleted. Falls back to a full rebuild (a new index) when
+    the index's snapshot is gone from history, belongs to another table or key, or its
+    files do not match that snapshot."""
+    target = metadata.current_snapshot_id
+    why, old = _incremental_base(io, index, metadata)
+    if why:
+        log.info("primary-key index: full rebuild (%s)", why)
+        return build_from_table(
+            io,
+            metadata,
+            index.key_field_ids,
+            max_workers=max_workers,
+            hasher=index.hasher,
+            min_merge_rows=index.min_merge_rows,
+            merge_fraction=index.merge_fraction,
+        )
+    ids, types = key_spec(metadata, index.key_field_ids)
+    if old is None:  # already at the current snapshot
+        return index
+    new = scan.live_files(io, metadata, metadata.current_snapshot)
+
+    removed = [p for p in old.data if p not in new.data]
+    added = sorted(p for p in new.data if p not in old.data)
+    deletes: dict[str, np.ndarray] = {}
+    for path in old.data.keys() & new.data.keys():
+        before, after = old.dvs.get(path), new.dvs.get(path)
+        if _same_dv(before, after):
+            continue
+        was = old.positions_deleted(io, path)
+        now = new.positions_deleted(io, path)
+        if len(was - now):  # rows came back (a rollback): index the file afresh
+            removed.append(path)
+            added.append(path)
+        else:
+            deletes[path] = _bitmap_positions(now - was)
+    # Read everything first: a failure leaves the index as it was.
+    fresh = _read_live_keys(io, new, added, ids, max_workers)
+    for path in removed:
+        index.remove_file(path)
+    for path, positions in deletes.items():
+        index.delete_positions(path, positions)
+    for f in fresh:
+        index.add_file(f.path, f.keys, positions=f.positions, row_count=f.row_count)
+    index.promote_key_types(types)
+    index.snapshot_id = target
+    return index
+
+
+def _incremental_base(
+    io: FileIO, index: PrimaryKeyIndex, metadata: TableMetadata
+) -> tuple[str, scan.LiveFiles | None]:
+    """(why a full rebuild is needed or '', live files of the index's snapshot, or None
+    when the index is already current)."""
+    if index.table_uuid != metadata.table_uuid:
+        return "the table UUID changed", None
+    try:
+        _, types = key_spec(metadata, index.key_field_ids)
+    except SchemaError as err:
+        return str(err), None
+    if KeyCodec(types).encoding_class() != index.codec.encoding_class():
+        return "the key types changed", None
+    if index.snapshot_id == metadata.current_snapshot_id:
+        return "", None
+    old_snapshot = None
+    if index.snapshot_id is not None:
+        old_snapshot = metadata.snapshot_by_id(index.snapshot_id)
+        if old_snapshot is None:
+            return f"snapshot {index.snapshot_id} is gone from history", None
+    try:
+        old = scan.live_files(io, metadata, old_snapshot)
+    except FileNotFoundInTableError as err:
+        return str(err), None
+    if set(index.file_paths) != set(old.data):
+        return f"index files differ from snapshot {index.snapshot_id}", None
+    return "", old
+
+
+def _same_dv(a: scan.LiveEntry | None, b: scan.LiveEntry | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    fa, fb = a.data_file, b.data_file
+    return (fa.file_path, fa.content_offset) == (fb.file_path, fb.content_offset)
+
+
+def _bitmap_positions(bitmap: Any) -> np.ndarray:
+    return np.frombuffer(bitmap.to_array(), np.uint64).astype(np.int64)
+
+
+def _read_live_keys(
+    io: FileIO,
+    live: scan.LiveFiles,
+    paths: Sequence[str],
+    key_field_ids: Sequence[int],
+    max_workers: int,
+) -> list[_FileKeys]:
+    def one(path: str) -> _FileKeys:
+        data_file = live.data[path].data_file
+        keys = read_key_columns(io, data_file, key_field_ids)
+        deleted = _bitmap_positions(live.positions_deleted(io, path))
+        positions = np.arange(keys.num_rows, dtype=np.int64)
+        if len(deleted):
+            positions = np.setdiff1d(positions, deleted, assume_unique=True)
+            keys = keys.take(pa.array(positions))
+        return _FileKeys(path, keys, positions, data_file.record_count)
+
+    if len(paths) <= 1 or max_workers <= 1:
+        return [one(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=max_workers) as pool:
+        return list(pool.map(one, paths))
+
+
+def read_key_columns(io: FileIO, data_file: DataFile, key_field_ids: Sequence[int]) -> pa.Table:
+    """The key columns of a Parquet data file, found by Parquet field id (not by name),
+    as a table with one column per key field, in key order."""
+    location = data_file.file_path
+    if data_file.file_format.upper() != "PARQUET":
+        raise UnsupportedFeatureError(
+            f"{location}: {data_file.file_format} data files cannot be indexed (Parquet only)"
+        )
+    fs, path = io.resolve(location)
+    try:
+        with fs.open_input_file(path) as f:
+            parquet = pq.ParquetFile(f)
+            paths = [_field_path(parquet.schema_arrow, fid, location) for fid in key_field_ids]
+            tops = list(dict.fromkeys(p[0] for p in paths))
+            table = parquet.read(columns=tops, use_threads=False)
+    except FileNotFoundError:
+        raise FileNotFoundInTableError(location) from None
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+        raise CorruptFileError(location, f"cannot read key columns: {err}") from None
+    except (OSError, pa.ArrowException) as err:
+        raise FileIOError(f"{location}: reading key columns failed: {err}") from err
+    if table.num_rows != data_file.record_count:
+        raise CorruptFileError(
+            location, f"{table.num_rows} rows, the manifest says {data_file.record_count}"
+        )
+    columns = []
+    for names in paths:
+        column: Any = table.column(names[0])
+        for name in names[1:]:
+            column = pc.struct_field(column, name)
+        columns.append(column)
+    return pa.table(columns, names=[str(fid) for fid in key_field_ids])
+
+
+def _field_path(schema: pa.Schema, field_id: int, location: str) -> tuple[str, ...]:
+    wanted = str(field_id).encode()
+
+    def search(fields: Sequence[pa.Field], prefix: tuple[str, ...]) -> tuple[str, ...] | None:
+        for f in fields:
+            if (f.metadata or {}).get(_FIELD_ID) == wanted:
+                return prefix + (f.name,)
+            if pa.types.is_struct(f.type):
+                found = search(
+                    [f.type.field(i) for i in range(f.type.num_fields)], prefix + (f.name,)
+                )
+                if found:
+                    return found
+        return None
+
+    found = search(list(schema), ())
+    if found is None:
+        raise UnsupportedFeatureError(
+            f"{location}: no column with Parquet field id {field_id} (files without field "
+            "ids would need a name mapping, which calving does not support)"
+        )
+    return found

@@ -1,0 +1,143 @@
+"""The index's contract beyond the model test: duplicate keys, update errors, all-or-nothing
+compaction, result helpers and resident size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from pyroaring import BitMap64
+
+from commit.errors import UnsupportedFeatureError
+from commit.index.keys import NullKeyError
+from commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
+from commit.spec.types import INT, LONG, STRING
+
+
+def _ids(*values: int) -> pa.Table:
+    return pa.table({"id": pa.array(values, pa.int64())})
+
+
+def _index() -> PrimaryKeyIndex:
+    return PrimaryKeyIndex([1], [LONG])
+
+
+def test_a_duplicated_key_yields_every_live_position() -> None:
+    index = _index()
+    index.add_file("a", _ids(7, 1, 7))
+    index.add_file("b", _ids(7, 2))
+    matches = index.lookup(_ids(2, 7, 9))
+    assert matches.found.tolist() == [True, True, False]
+    assert {p: v.tolist() for p, v in matches.by_file().items()} == {"a": [0, 2], "b": [0, 1]}
+    assert matches.deletes() == {"a": BitMap64([0, 2]), "b": BitMap64([0, 1])}
+    index.delete_positions("a", BitMap64([2]))
+    after = index.lookup(_ids(7))
+    assert sorted(zip(map(after.file_path, after.file_ids), after.positions.tolist())) == [
+        ("a", 0),
+        ("b", 0),
+    ]
+
+
+def test_lookups_on_empty_inputs() -> None:
+    index = _index()
+    assert index.lookup(_ids()).found.tolist() == []
+    assert index.lookup(_ids(1)).found.tolist() == [False]
+    index.add_file("a", _ids())
+    assert index.lookup(_ids(1)).by_file() == {}
+    assert len(index) == 0 and index.file_paths == ["a"]
+
+
+def test_update_errors() -> None:
+    index = _index()
+    index.add_file("a", _ids(1, 2, 3))
+    with pytest.raises(IndexUpdateError, match="already"):
+        index.add_file("a", _ids(4))
+    with pytest.raises(IndexUpdateError, match="not in"):
+        index.delete_positions("zz", [0])
+    with pytest.raises(IndexUpdateError, match="beyond"):
+        index.delete_positions("a", [3])
+    with pytest.raises(IndexUpdateError, match="negative"):
+        index.delete_positions("a", [-1])
+    with pytest.raises(IndexUpdateError, match="positions"):
+        index.add_file("b", _ids(1, 2), positions=[0])
+    with pytest.raises(IndexUpdateError, match="repeated"):
+        index.add_file("b", _ids(1, 2), positions=[3, 3])
+    with pytest.raises(IndexUpdateError, match="beyond"):
+        index.add_file("b", _ids(1), positions=[5], row_count=5)
+    with pytest.raises(IndexUpdateError):
+        index.remove_file("zz")
+    assert index.file_paths == ["a"] and len(index) == 3
+
+
+def test_delete_is_idempotent() -> None:
+    index = _index()
+    index.add_file("a", _ids(1, 2, 3), positions=[0, 2, 4], row_count=6)
+    index.delete_positions("a", [2, 2, 5])
+    index.delete_positions("a", np.array([2], np.uint64))
+    assert index.live_rows_per_file() == {"a": 2}
+    assert index.lookup(_ids(1, 2, 3)).found.tolist() == [True, False, True]
+
+
+def test_replace_files_is_all_or_nothing() -> None:
+    index = _index()
+    index.add_file("a", _ids(1, 2))
+    index.add_file("b", _ids(3))
+    bad = pa.table({"id": pa.array([1, None], pa.int64())})
+    with pytest.raises(NullKeyError):
+        index.replace_files(["a", "b"], {"c": _ids(2, 3), "d": bad})
+    with pytest.raises(IndexUpdateError):
+        index.replace_files(["a", "missing"], {"c": _ids(1, 2)})
+    with pytest.raises(IndexUpdateError):
+        index.replace_files(["a"], {"b": _ids(1, 2)})  # b is live and not replaced
+    assert sorted(index.file_paths) == ["a", "b"] and len(index) == 3
+
+    index.replace_files(["a", "b"], {"c": _ids(3, 1, 2)})
+    assert index.lookup(_ids(1, 2, 3)).by_file()["c"].tolist() == [0, 1, 2]
+    assert index.file_paths == ["c"]
+
+
+def test_a_path_removed_and_added_again_is_a_new_file() -> None:
+    index = _index()
+    index.add_file("a", _ids(1, 2))
+    old = index.lookup(_ids(1))
+    index.replace_files(["a"], {"a": _ids(2, 1)})
+    new = index.lookup(_ids(1))
+    assert new.positions.tolist() == [1] and new.file_ids[0] != old.file_ids[0]
+    assert old.file_path(old.file_ids[0]) == "a"  # ids are never reused
+
+
+def test_long_keys_take_sixteen_bytes_resident() -> None:
+    index = _index()
+    n = 200_000
+    for f in range(4):
+        index.add_file(f"s3://bucket/data/{f}.parquet", _ids(*range(f * n // 4, (f + 1) * n // 4)))
+    index.compact()
+    assert index.nbytes / n <= 16.1
+    assert index.lookup(_ids(0, n - 1, n)).found.tolist() == [True, True, False]
+
+
+def test_string_keys_stay_compact() -> None:
+    index = PrimaryKeyIndex([1], [STRING])
+    keys = pa.table({"k": [f"order-{i:010d}" for i in range(100_000)]})  # 16 bytes each
+    index.add_file("f", keys)
+    index.compact()
+    assert index.nbytes / 100_000 <= 40 + 1
+
+
+def test_promote_key_types_follows_int_to_long_only() -> None:
+    index = PrimaryKeyIndex([1], [INT])
+    index.add_file("a", pa.table({"id": pa.array([1, 2], pa.int32())}))
+    index.promote_key_types([LONG])
+    index.add_file("b", _ids(2**40))
+    assert index.lookup(_ids(2, 2**40)).found.tolist() == [True, True]
+    with pytest.raises(IndexUpdateError):
+        index.promote_key_types([STRING])
+
+
+def test_positions_past_two_to_the_32_are_refused_not_wrapped() -> None:
+    index = _index()
+    with pytest.raises(UnsupportedFeatureError):
+        index.add_file("a", _ids(1), positions=[2**32 + 5])
+    with pytest.raises(IndexUpdateError):
+        index.add_file("a", _ids(1), positions=[2**32 + 5], row_count=10)
+    assert index.file_paths == []

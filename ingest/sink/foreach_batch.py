@@ -4,22 +4,26 @@ driver process.
 A ``DataSourceStreamWriter.commit`` gets a fresh object every batch, so the stateful
 coordinator (table handle, primary-key index) lives here, in the driver, and the
 executors write through ``mapInArrow``. Works on any DataFrame with the Kafka source
-columns (calving's own source or the JVM Kafka connector's).
+columns (calving's own ``calving-kafka`` source or the JVM Kafka connector's).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import pyarrow as pa
 
+from commit.errors import CalvingError
 from commit.spec.metadata import serialize_metadata
-from commit.table.ledger import OffsetRange, TopicPartition
+from commit.spec.schema import Schema
+from commit.spec.types import primitive_from_string
+from commit.table.actions.update_schema import AddColumn, UpdateSchema
 from commit.table.table import Table
-from ingest.sink.coordinator import BatchStats, Coordinator
+from ingest.sink.coordinator import BatchStats, Coordinator, ParsedMessages, parse_messages
+from ingest.sink.dead_letters import DeadLetterTarget
 from ingest.sink.executor import (
     MESSAGE_SCHEMA,
     TaskPlan,
@@ -28,79 +32,158 @@ from ingest.sink.executor import (
     decode_for_keyed,
     keyed_stage_schema,
 )
+from ingest.sink.spark_types import spark_schema
 
 log = logging.getLogger("calving.sink")
 
+DecoderFactory = Callable[[Schema], Any]
+
+# Unknown JSON fields whose values were all of one of these kinds become new optional
+# columns; nested, mixed or null-only fields are left out (and logged).
+_EVOLVABLE = {
+    frozenset({"long"}): "long",
+    frozenset({"double"}): "double",
+    frozenset({"long", "double"}): "double",
+    frozenset({"string"}): "string",
+    frozenset({"boolean"}): "boolean",
+}
+
 
 class CalvingSink:
-    """Callable for ``foreachBatch``: one Iceberg snapshot per microbatch, exactly once."""
+    """Callable for ``foreachBatch``: one Iceberg snapshot per microbatch, exactly once.
 
-    def __init__(self, table: Table, decoder: Any, writer_id: str, *,
-                 index: Any | None = None, dead_letter_table: Table | None = None,
-                 key_partitions: int | None = None,
-                 on_batch: Callable[[BatchStats], None] | None = None) -> None:
-        self.coordinator = Coordinator(table, writer_id, index=index,
-                                       dead_letter_table=dead_letter_table)
-        self.decoder = decoder
+    ``make_decoder(schema)`` builds the (picklable) record decoder for the table's
+    current schema; it is called again after the schema evolves. Dead letters go to
+    ``dead_letter_table`` and/or ``dead_letter_topic``; with neither, the first one
+    stops the stream with an error naming its coordinates.
+    """
+
+    def __init__(
+        self,
+        table: Table,
+        make_decoder: DecoderFactory,
+        writer_id: str,
+        *,
+        dead_letter_table: Table | None = None,
+        dead_letter_topic: str | None = None,
+        kafka_config: Mapping[str, str] | None = None,
+        key_partitions: int | None = None,
+        index_save_every: int = 20,
+        evolve_schema: bool = True,
+        on_batch: Callable[[BatchStats], None] | None = None,
+    ) -> None:
+        self.coordinator = Coordinator(
+            table,
+            writer_id,
+            dead_letter_table=dead_letter_table,
+            index_save_every=index_save_every,
+        )
+        self.make_decoder = make_decoder
         self.writer_id = writer_id
+        self.dead_letter_topic = dead_letter_topic
+        self.kafka_config = dict(kafka_config or {})
+        if dead_letter_topic and "bootstrap.servers" not in self.kafka_config:
+            raise CalvingError("a dead-letter topic needs kafka_config['bootstrap.servers']")
         self.key_partitions = key_partitions
+        self.evolve_schema = evolve_schema
         self.on_batch = on_batch
+        self._decoder: tuple[int, Any] | None = None
 
     @property
     def table(self) -> Table:
         return self.coordinator.table
 
-    def __call__(self, df: Any, batch_id: int) -> None:
-        from pyspark.sql.pandas.types import from_arrow_schema
+    def decoder(self) -> Any:
+        schema = self.table.metadata.schema
+        if self._decoder is None or self._decoder[0] != schema.schema_id:
+            self._decoder = (schema.schema_id, self.make_decoder(schema))
+        return self._decoder[1]
 
+    def close(self) -> None:
+        """Save the primary-key index with the table (a restart then skips the rescan)."""
+        self.coordinator.save_index()
+
+    def __call__(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
-        ledger = self.coordinator.ledger()  # refreshes the table
-        table = self.table
-        dlq = self.coordinator.dead_letter_table
-        plan = TaskPlan(
-            metadata_json=serialize_metadata(table.metadata),
-            metadata_location=table.metadata_location,
-            decoder=self.decoder,
-            ledger=ledger,
-            file_prefix=f"{self.writer_id}-b{batch_id}",
-            dead_letter_metadata_json=serialize_metadata(dlq.metadata) if dlq else None,
-            dead_letter_location=dlq.metadata_location if dlq else None,
+        parsed = self._write(df, batch_id)
+        if parsed.unknown_fields and self.evolve_schema and self._evolve(parsed.unknown_fields):
+            _forget(self.table, parsed)
+            parsed = self._write(df, batch_id)  # decode again, now into the new columns
+        stats = self.coordinator.commit_batch(batch_id, parsed)
+        log.info(
+            "batch %d: %s in %.2fs (%d records, %d files, %d rows, %d deletes, %d dead letters)",
+            batch_id,
+            stats.outcome,
+            time.monotonic() - started,
+            stats.records,
+            stats.added_files,
+            stats.added_rows,
+            stats.deleted_rows,
+            stats.dead_letters,
         )
-        message_spark = from_arrow_schema(MESSAGE_SCHEMA)
-        if table.metadata.schema.identifier_field_ids:
-            stage = keyed_stage_schema(table.metadata.schema)
-            decoded = df.mapInArrow(decode_for_keyed(plan, stage), from_arrow_schema(stage))
-            keys = list(table.metadata.schema.identifier_field_names)
-            n = self.key_partitions or int(df.sparkSession.conf.get(
-                "spark.sql.shuffle.partitions", "2"))
-            messages_df = decoded.repartition(n, *keys).mapInArrow(
-                collapse_and_write(plan), message_spark)
-        else:
-            messages_df = df.mapInArrow(decode_and_write_append(plan), message_spark)
-        rows = messages_df.collect()
-        messages = pa.Table.from_pylist([r.asDict() for r in rows], schema=MESSAGE_SCHEMA)
-        ranges = _ranges(messages)
-        if not ranges:
-            log.info("batch %d: nothing beyond the ledger", batch_id)
-            return
-        stats = self.coordinator.commit_batch(batch_id, messages, ranges)
-        log.info("batch %d: %s in %.2fs (%d files, %d rows, %d deletes, %d dead letters)",
-                 batch_id, stats.outcome, time.monotonic() - started, stats.added_files,
-                 stats.added_rows, stats.deleted_rows, stats.dead_letters)
         if self.on_batch:
             self.on_batch(stats)
 
+    # ------------------------------------------------------------ internals
 
-def _ranges(messages: pa.Table) -> dict[TopicPartition, OffsetRange]:
-    out: dict[TopicPartition, OffsetRange] = {}
-    for kind, payload in zip(messages.column("kind").to_pylist(),
-                             messages.column("payload").to_pylist()):
-        if kind != "range":
-            continue
-        topic, partition, start, end = json.loads(payload)
-        tp = (topic, int(partition))
-        if tp in out:
-            start = min(start, out[tp].start)
-            end = max(end, out[tp].end)
-        out[tp] = OffsetRange(int(start), int(end))
-    return out
+    def _plan(self, batch_id: int) -> TaskPlan:
+        ledger = self.coordinator.ledger()  # refreshes the table
+        table = self.table
+        dlq = self.coordinator.dead_letter_table
+        if dlq is not None:
+            dlq.refresh()
+        return TaskPlan(
+            metadata_json=serialize_metadata(table.metadata),
+            metadata_location=table.metadata_location,
+            decoder=self.decoder(),
+            ledger=ledger,
+            file_prefix=f"{self.writer_id}-b{batch_id}",
+            dead_letters=DeadLetterTarget(
+                table_metadata_json=serialize_metadata(dlq.metadata) if dlq else None,
+                table_metadata_location=dlq.metadata_location if dlq else None,
+                topic=self.dead_letter_topic,
+                kafka_config=self.kafka_config,
+            ),
+        )
+
+    def _write(self, df: Any, batch_id: int) -> ParsedMessages:
+        plan = self._plan(batch_id)
+        metadata = self.table.metadata
+        messages_type = spark_schema(MESSAGE_SCHEMA)
+        if metadata.schema.identifier_field_ids:
+            stage = keyed_stage_schema(metadata)
+            decoded = df.mapInArrow(decode_for_keyed(plan, stage), spark_schema(stage))
+            keys = [metadata.schema.column_name(i) for i in metadata.schema.identifier_field_ids]
+            n = self.key_partitions or int(
+                df.sparkSession.conf.get("spark.sql.shuffle.partitions", "2")
+            )
+            out = decoded.repartition(n, *keys).mapInArrow(collapse_and_write(plan), messages_type)
+        else:
+            out = df.mapInArrow(decode_and_write_append(plan), messages_type)
+        rows = out.collect()
+        messages = pa.Table.from_pylist([r.asDict() for r in rows], schema=MESSAGE_SCHEMA)
+        return parse_messages(messages)
+
+    def _evolve(self, unknown: Mapping[str, set[str]]) -> bool:
+        add = []
+        for path, kinds in sorted(unknown.items()):
+            kind = _EVOLVABLE.get(frozenset(kinds - {"null"}))
+            if "." in path or kind is None:
+                log.warning(
+                    "not adding field %r (kinds %s): only top-level primitives", path, kinds
+                )
+                continue
+            add.append(AddColumn(path, primitive_from_string(kind)))
+        if not add:
+            return False
+        self.table.commit_or_raise(UpdateSchema(add=tuple(add)))
+        log.info("schema evolved: added %s", ", ".join(c.name for c in add))
+        return True
+
+
+def _forget(table: Table, parsed: ParsedMessages) -> None:
+    """Files of a batch that will be written again; never referenced by any snapshot."""
+    for f, _ in parsed.files:
+        table.io.delete(f.file_path)
+    for f in parsed.dead_letter_files:
+        table.io.delete(f.file_path)

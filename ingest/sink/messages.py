@@ -1,8 +1,10 @@
 """Commit messages: what an executor task hands the driver, as Arrow-friendly rows.
 
-One row per written data file (``kind="data"``: the DataFile as JSON, and for keyed
-tables the identifier columns in file row order as Arrow IPC), plus per task one row
-with the keys whose last event in the batch is a delete (``kind="deletes"``).
+Kinds: ``data`` (a written data file as JSON; for keyed tables its identifier columns
+in file row order as Arrow IPC), ``deletes`` (keys whose last event in the batch is a
+delete), ``range`` (the Kafka offsets a task saw: ``[topic, partition, start, end)``),
+``deadletter`` (a written dead-letter data file), ``deadletter-count`` (dead letters
+sent elsewhere) and ``unknown`` (fields the records had and the table lacks).
 """
 
 from __future__ import annotations
@@ -12,18 +14,21 @@ import dataclasses
 import decimal
 import json
 import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pyarrow as pa
 
 from commit.spec.data_file import DataFile, FileContent
 
-MESSAGE_SCHEMA = pa.schema([
-    ("kind", pa.string()),
-    ("payload", pa.string()),
-    ("keys", pa.binary()),
-    ("count", pa.int64()),
-])
+MESSAGE_SCHEMA = pa.schema(
+    [
+        ("kind", pa.string()),
+        ("payload", pa.string()),
+        ("keys", pa.binary()),
+        ("count", pa.int64()),
+    ]
+)
 
 
 def _encode_value(v: Any) -> Any:
@@ -97,3 +102,39 @@ def table_from_ipc(data: bytes | None) -> pa.Table | None:
 
 def message_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
     return pa.RecordBatch.from_pylist(rows, schema=MESSAGE_SCHEMA)
+
+
+def data_file_message(f: DataFile, keys: pa.Table | None) -> dict[str, Any]:
+    return {
+        "kind": "data",
+        "payload": data_file_to_json(f),
+        "keys": table_to_ipc(keys),
+        "count": f.record_count,
+    }
+
+
+def deletes_message(keys: pa.Table) -> dict[str, Any]:
+    return {"kind": "deletes", "payload": "", "keys": table_to_ipc(keys), "count": keys.num_rows}
+
+
+def range_messages(batch: pa.Table) -> list[dict[str, Any]]:
+    """One message per topic-partition: the offsets ``[first, last + 1)`` seen."""
+    if batch.num_rows == 0:
+        return []
+    g = batch.group_by(["topic", "partition"]).aggregate([("offset", "min"), ("offset", "max")])
+    return [
+        {
+            "kind": "range",
+            "payload": json.dumps(
+                [r["topic"], r["partition"], r["offset_min"], r["offset_max"] + 1]
+            ),
+            "keys": None,
+            "count": r["offset_max"] - r["offset_min"] + 1,
+        }
+        for r in g.to_pylist()
+    ]
+
+
+def unknown_fields_message(unknown: Mapping[str, Iterable[str]]) -> dict[str, Any]:
+    payload = {path: sorted(kinds) for path, kinds in sorted(unknown.items())}
+    return {"kind": "unknown", "payload": json.dumps(payload), "keys": None, "count": len(payload)}

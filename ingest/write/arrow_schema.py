@@ -14,11 +14,20 @@ FIELD_ID_KEY = b"PARQUET:field_id"
 def primitive_to_arrow(t: PrimitiveType) -> pa.DataType:
     n = t.name
     table = {
-        "boolean": pa.bool_(), "int": pa.int32(), "long": pa.int64(), "float": pa.float32(),
-        "double": pa.float64(), "date": pa.date32(), "time": pa.time64("us"),
-        "timestamp": pa.timestamp("us"), "timestamptz": pa.timestamp("us", tz="UTC"),
-        "timestamp_ns": pa.timestamp("ns"), "timestamptz_ns": pa.timestamp("ns", tz="UTC"),
-        "string": pa.large_string(), "uuid": pa.binary(16), "binary": pa.large_binary(),
+        "boolean": pa.bool_(),
+        "int": pa.int32(),
+        "long": pa.int64(),
+        "float": pa.float32(),
+        "double": pa.float64(),
+        "date": pa.date32(),
+        "time": pa.time64("us"),
+        "timestamp": pa.timestamp("us"),
+        "timestamptz": pa.timestamp("us", tz="UTC"),
+        "timestamp_ns": pa.timestamp("ns"),
+        "timestamptz_ns": pa.timestamp("ns", tz="UTC"),
+        "string": pa.large_string(),
+        "uuid": pa.binary(16),
+        "binary": pa.large_binary(),
     }
     if n in table:
         return table[n]
@@ -30,8 +39,12 @@ def primitive_to_arrow(t: PrimitiveType) -> pa.DataType:
 
 
 def _field(f: NestedField) -> pa.Field:
-    return pa.field(f.name, type_to_arrow(f.field_type), nullable=not f.required,
-                    metadata={FIELD_ID_KEY: str(f.field_id).encode()})
+    return pa.field(
+        f.name,
+        type_to_arrow(f.field_type),
+        nullable=not f.required,
+        metadata={FIELD_ID_KEY: str(f.field_id).encode()},
+    )
 
 
 def type_to_arrow(t: IcebergType) -> pa.DataType:

@@ -80,8 +80,9 @@ def write_data_file(
     arrow_schema = schema_to_arrow(schema)
     table = table.select(arrow_schema.names).cast(arrow_schema)
     with io.new_output_stream(location) as sink:
-        writer = pq.ParquetWriter(sink, arrow_schema, compression=compression,
-                                  write_statistics=False)
+        writer = pq.ParquetWriter(
+            sink, arrow_schema, compression=compression, write_statistics=False
+        )
         writer.write_table(table, row_group_size=row_group_size)
         writer.close()
         size = sink.tell()
@@ -89,8 +90,15 @@ def write_data_file(
     return _data_file(location, table, schema, md, size, partition, spec_id)
 
 
-def _data_file(location: str, table: pa.Table, schema: Schema, md: Any, size: int,
-               partition: tuple[Any, ...], spec_id: int) -> DataFile:
+def _data_file(
+    location: str,
+    table: pa.Table,
+    schema: Schema,
+    md: Any,
+    size: int,
+    partition: tuple[Any, ...],
+    spec_id: int,
+) -> DataFile:
     column_sizes: dict[int, int] = {}
     split_offsets: list[int] = []
     if md is not None:
@@ -142,11 +150,20 @@ def _data_file(location: str, table: pa.Table, schema: Schema, md: Any, size: in
         if hi is not None:
             upper[f.field_id] = to_bytes(t, hi)
     return DataFile(
-        content=FileContent.DATA, file_path=location, file_format="PARQUET",
-        partition=tuple(partition), record_count=table.num_rows, file_size_in_bytes=size,
-        column_sizes=column_sizes, value_counts=value_counts, null_value_counts=null_counts,
-        nan_value_counts=nan_counts or None, lower_bounds=lower, upper_bounds=upper,
-        split_offsets=tuple(sorted(split_offsets)) or None, spec_id=spec_id,
+        content=FileContent.DATA,
+        file_path=location,
+        file_format="PARQUET",
+        partition=tuple(partition),
+        record_count=table.num_rows,
+        file_size_in_bytes=size,
+        column_sizes=column_sizes,
+        value_counts=value_counts,
+        null_value_counts=null_counts,
+        nan_value_counts=nan_counts or None,
+        lower_bounds=lower,
+        upper_bounds=upper,
+        split_offsets=tuple(sorted(split_offsets)) or None,
+        spec_id=spec_id,
     )
 
 

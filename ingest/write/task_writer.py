@@ -10,8 +10,9 @@ batch never overwrites a file that a committed snapshot references.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -104,8 +105,9 @@ class TaskWriter:
         sub = self.spec.partition_path(self.schema, partition) if self.spec.fields else ""
         directory = f"{self.data_path}/{sub}" if sub else self.data_path
         location = f"{directory}/{self.prefix}-{self._count:05d}.parquet"
-        data_file = write_data_file(self.io, location, table, self.schema,
-                                    partition=partition, spec_id=self.spec.spec_id)
+        data_file = write_data_file(
+            self.io, location, table, self.schema, partition=partition, spec_id=self.spec.spec_id
+        )
         keys = table.select(self.key_names) if self.key_names else None
         self.written.append(WrittenFile(data_file, keys))
 
@@ -127,11 +129,18 @@ def _internal(v: Any) -> Any:
     return v
 
 
-def write_rows(io: FileIO, table_location: str, schema: Schema, spec: PartitionSpec,
-               batches: Sequence[pa.Table], file_prefix: str,
-               target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> list[WrittenFile]:
-    writer = TaskWriter(io, table_location, schema, spec, file_prefix=file_prefix,
-                        target_file_size=target_file_size)
+def write_rows(
+    io: FileIO,
+    table_location: str,
+    schema: Schema,
+    spec: PartitionSpec,
+    batches: Sequence[pa.Table],
+    file_prefix: str,
+    target_file_size: int = DEFAULT_TARGET_FILE_SIZE,
+) -> list[WrittenFile]:
+    writer = TaskWriter(
+        io, table_location, schema, spec, file_prefix=file_prefix, target_file_size=target_file_size
+    )
     for b in batches:
         writer.write(b)
     return writer.close()

@@ -1,0 +1,382 @@
+"""From ``[table]`` config to live objects: the catalog, the table (created or checked),
+and the dead-letter table.
+
+``ensure_table`` is idempotent and safe to run on every start: an existing table is the
+source of truth and only ever gains what the config adds (missing columns, as optional;
+type widenings the spec allows; configured properties). Anything the config asks for
+that an existing table cannot become (an incompatible column type, other identifier
+fields, another partitioning) is an error naming the config key and the field, never a
+silent rewrite.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from commit.catalog.base import Catalog, TableIdent, parse_ident
+from commit.catalog.filesystem import FilesystemCatalog
+from commit.catalog.sql import SqlCatalog
+from commit.errors import (
+    CalvingError,
+    ConfigError,
+    NoSuchTableError,
+    SchemaError,
+    TableAlreadyExistsError,
+)
+from commit.io import FileIO
+from commit.spec.schema import Schema
+from commit.spec.types import (
+    BINARY,
+    INT,
+    LONG,
+    STRING,
+    TIMESTAMPTZ,
+    IcebergType,
+    ListType,
+    MapType,
+    NestedField,
+    PrimitiveType,
+    StructType,
+    can_promote,
+)
+from commit.table.actions.update_properties import UpdateProperties
+from commit.table.actions.update_schema import AddColumn, UpdateSchema
+from commit.table.table import Table, create_table
+from ingest.config.format import FormatConfig
+from ingest.config.table import TableConfig, build_spec
+from ingest.config.type_strings import type_text
+from ingest.decode import DEAD_LETTER_SCHEMA, infer_schema
+
+log = logging.getLogger("calving.catalogs")
+
+
+@dataclass(frozen=True)
+class _Column:
+    """A column the table must have: where it is configured, its name, type, doc."""
+
+    key: str  # config key, for errors (``table.columns[2]``)
+    name: str
+    field_type: IcebergType
+    required: bool = False
+    doc: str | None = None
+
+
+# ---------------------------------------------------------------- catalog
+
+
+def file_io(table_cfg: TableConfig) -> FileIO:
+    """The FileIO for the table's files, with ``[table.io]`` properties (S3 endpoint,
+    credentials ...)."""
+    return FileIO(table_cfg.io)
+
+
+def open_catalog(table_cfg: TableConfig, io: FileIO | None = None) -> Catalog:
+    """The catalog ``table.catalog`` names: SQL (SQLite / PostgreSQL) or filesystem."""
+    io = io or file_io(table_cfg)
+    try:
+        if table_cfg.catalog_kind == "filesystem":
+            return FilesystemCatalog(table_cfg.catalog, name=table_cfg.catalog_name, io=io)
+        return SqlCatalog(table_cfg.catalog_name, table_cfg.catalog, table_cfg.warehouse, io=io)
+    except ConfigError as exc:
+        raise ConfigError(f"table.catalog: {exc}") from None
+
+
+# ---------------------------------------------------------------- the data table
+
+
+def ensure_table(
+    catalog: Catalog,
+    io: FileIO,
+    table_cfg: TableConfig,
+    sample: pa.Table | None = None,
+    *,
+    fmt: FormatConfig | None = None,
+) -> Table:
+    """Load the configured table, bringing it up to the config, or create it.
+
+    A new table gets the declared schema, identifier fields, partition spec and
+    properties (format version 3). With ``infer_schema`` the schema comes from
+    ``sample``, the Kafka source's records (a table with a binary ``value`` column and,
+    for upsert formats, ``key``); ``fmt`` says how to read them (default plain JSON).
+    """
+    ident = table_cfg.ident
+    catalog.create_namespace_if_missing(ident[:-1])
+    try:
+        table = Table.load(catalog, ident, io)
+    except NoSuchTableError:
+        schema = _new_schema(table_cfg, sample, fmt)
+        spec = build_spec(schema, table_cfg.partition)
+        try:
+            return create_table(
+                catalog, ident, schema, spec=spec, properties=table_cfg.properties, io=io
+            )
+        except TableAlreadyExistsError:
+            table = Table.load(catalog, ident, io)  # created concurrently: check it instead
+    _check_identifiers(table, table_cfg)
+    _check_partitioning(table, table_cfg)
+    columns = [
+        _Column(f"table.columns[{i}]", c.name, c.iceberg_type(), c.required, c.doc)
+        for i, c in enumerate(table_cfg.columns)
+    ]
+    _evolve(table, columns)
+    changed = {k: v for k, v in table_cfg.properties.items() if table.metadata.properties.get(k) != v}
+    if changed:
+        table.commit_or_raise(UpdateProperties(set=changed))
+    return table
+
+
+def _check_identifiers(table: Table, cfg: TableConfig) -> None:
+    have = table.metadata.schema.identifier_field_names
+    if cfg.identifier_fields and set(have) != set(cfg.identifier_fields):
+        raise SchemaError(
+            f"table.identifier_fields: table {table.name} has identifier fields {list(have)}, "
+            f"the config says {list(cfg.identifier_fields)}; calving does not change them"
+        )
+
+
+def _check_partitioning(table: Table, cfg: TableConfig) -> None:
+    if not cfg.partition:
+        return
+    m = table.metadata
+    have = [(m.schema.column_name(f.source_id), str(f.transform)) for f in m.spec.fields]
+    want = [(p.column, str(p.transform)) for p in cfg.partition]
+    if have != want:
+        shown = ", ".join(f"{t}({c})" for c, t in have) or "nothing"
+        raise SchemaError(
+            f"table.partition: table {table.name} is partitioned by {shown}, the config says "
+            f"{[p.text for p in cfg.partition]}; calving does not change an existing table's "
+            "partitioning"
+        )
+
+
+def _evolve(table: Table, columns: Sequence[_Column]) -> None:
+    """Add missing columns (optional) and widen types; refuse incompatible ones."""
+    struct = table.metadata.schema.as_struct()
+    add: list[AddColumn] = []
+    promote: list[tuple[str, PrimitiveType]] = []
+    for c in columns:
+        existing = struct.field_by_name(c.name)
+        if existing is None:
+            if c.required:
+                log.info("column %r is added as optional: existing rows have no value", c.name)
+            add.append(AddColumn(c.name, c.field_type, c.doc))
+        elif same_shape(existing.field_type, c.field_type) or can_promote(
+            c.field_type, existing.field_type
+        ):
+            continue  # equal, or the table is already wider than the config asks
+        elif isinstance(c.field_type, PrimitiveType) and can_promote(
+            existing.field_type, c.field_type
+        ):
+            promote.append((c.name, c.field_type))
+        else:
+            raise SchemaError(
+                f"{c.key}: column {c.name!r} is declared as {type_text(c.field_type)}, but table "
+                f"{table.name} has it as {type_text(existing.field_type)}, and that cannot change "
+                "(only int->long, float->double, date->timestamp and wider decimals can)"
+            )
+    if add or promote:
+        table.commit_or_raise(UpdateSchema(add=tuple(add), promote=tuple(promote)))
+
+
+def same_shape(a: IcebergType, b: IcebergType) -> bool:
+    """Equal types, ignoring field ids and nested requiredness."""
+    if isinstance(a, PrimitiveType) or isinstance(b, PrimitiveType):
+        return a == b
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return len(a.fields) == len(b.fields) and all(
+            x.name == y.name and same_shape(x.field_type, y.field_type)
+            for x, y in zip(a.fields, b.fields)
+        )
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        return same_shape(a.element_type, b.element_type)
+    if isinstance(a, MapType) and isinstance(b, MapType):
+        return same_shape(a.key_type, b.key_type) and same_shape(a.value_type, b.value_type)
+    return False
+
+
+# ---------------------------------------------------------------- schemas of new tables
+
+
+def _new_schema(cfg: TableConfig, sample: pa.Table | None, fmt: FormatConfig | None) -> Schema:
+    if not cfg.infer_schema:
+        return _checked(cfg.schema)
+    if sample is None:
+        raise ConfigError(
+            f"table.infer_schema: table {cfg.name} does not exist yet and no sample records "
+            "were given to infer its schema from"
+        )
+    envelope = fmt.envelope if fmt is not None else "plain"
+    inferred = infer_schema(
+        sample_objects(sample, envelope, cfg.identifier_fields), detect_temporal=cfg.infer_temporal
+    )
+    if inferred.conflicts:
+        log.warning(
+            "schema inference left out %d field(s): %s",
+            len(inferred.conflicts),
+            "; ".join(f"{k}: {v}" for k, v in sorted(inferred.conflicts.items())),
+        )
+    columns = [(c.name, c.iceberg_type(), c.required, c.doc) for c in cfg.columns]
+    declared = {c.name for c in cfg.columns}
+    for f in inferred.schema.fields:
+        if f.name not in declared:
+            columns.append((f.name, f.field_type, f.name in cfg.identifier_fields, None))
+    names = {name for name, *_ in columns}
+    for i, ident in enumerate(cfg.identifier_fields):
+        if ident not in names:
+            why = inferred.conflicts.get(ident, "not present")
+            raise SchemaError(
+                f"table.identifier_fields[{i}]: {ident!r} is not declared and not inferable from "
+                f"the {inferred.records_read} sampled record(s) ({why})"
+            )
+    if not columns:
+        raise SchemaError(
+            f"table.infer_schema: the {inferred.records_read} sampled record(s) gave no columns"
+            + (f" ({len(inferred.conflicts)} field(s) left out)" if inferred.conflicts else "")
+        )
+    return _checked(lambda: _numbered_schema(columns, cfg.identifier_fields))
+
+
+def _checked(build: Any) -> Schema:
+    try:
+        return build()
+    except SchemaError as exc:
+        raise SchemaError(f"table: {exc}") from None
+
+
+def _numbered_schema(
+    columns: Sequence[tuple[str, IcebergType, bool, str | None]], identifiers: Sequence[str]
+) -> Schema:
+    """Fresh ids: top-level columns 1..n, nested fields after them."""
+    counter = iter(range(len(columns) + 1, 10**9))
+    fields = tuple(
+        NestedField(i + 1, name, _renumber(t, counter), required, doc)
+        for i, (name, t, required, doc) in enumerate(columns)
+    )
+    ids = {f.name: f.field_id for f in fields}
+    return Schema(fields, identifier_field_ids=tuple(ids[n] for n in identifiers))
+
+
+def _renumber(t: IcebergType, ids: Iterator[int]) -> IcebergType:
+    if isinstance(t, StructType):
+        return StructType(
+            tuple(
+                NestedField(next(ids), f.name, _renumber(f.field_type, ids), f.required, f.doc)
+                for f in t.fields
+            )
+        )
+    if isinstance(t, ListType):
+        return ListType(next(ids), _renumber(t.element_type, ids), t.element_required)
+    if isinstance(t, MapType):
+        key_id, value_id = next(ids), next(ids)
+        return MapType(
+            key_id, _renumber(t.key_type, ids), value_id, _renumber(t.value_type, ids),
+            t.value_required,
+        )
+    return t
+
+
+def sample_objects(
+    sample: pa.Table, envelope: str = "plain", identifier_fields: Sequence[str] = ()
+) -> list[dict[str, Any]]:
+    """The row objects in sampled Kafka records: plain JSON values as they are, the
+    ``after`` image of Debezium create/read/update events, upsert values with the key's
+    fields filled in. Records that are not JSON objects (or are deletes) are skipped."""
+    if "value" not in sample.column_names:
+        raise ConfigError(
+            "table.infer_schema: the sample must be Kafka records (a table with a 'value' column)"
+        )
+    values = sample.column("value").to_pylist()
+    keys = sample.column("key").to_pylist() if "key" in sample.column_names else [None] * len(values)
+    out = []
+    for raw, key in zip(values, keys):
+        obj = _json(raw)
+        if envelope == "debezium" and isinstance(obj, dict):
+            if "payload" in obj and "schema" in obj:
+                obj = obj["payload"]
+            op = obj.get("op") if isinstance(obj, dict) else None
+            obj = obj.get("after") if op in ("c", "r", "u") and isinstance(obj, dict) else None
+        elif envelope == "upsert" and isinstance(obj, dict):
+            key_obj = _json(key)
+            if isinstance(key_obj, dict):
+                obj = {**key_obj, **obj}
+            elif key_obj is not None and len(identifier_fields) == 1:
+                obj = {identifier_fields[0]: key_obj, **obj}
+        if isinstance(obj, dict):
+            out.append(obj)
+    return out
+
+
+def _json(raw: Any) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+# ---------------------------------------------------------------- dead letters
+
+_ARROW_TO_ICEBERG = {
+    pa.string(): STRING,
+    pa.large_string(): STRING,
+    pa.int32(): INT,
+    pa.int64(): LONG,
+    pa.timestamp("us", tz="UTC"): TIMESTAMPTZ,
+    pa.binary(): BINARY,
+    pa.large_binary(): BINARY,
+}
+_DEAD_LETTER_DOCS = {
+    "topic": "Kafka topic of the record",
+    "partition": "Kafka partition of the record",
+    "offset": "Kafka offset of the record",
+    "timestamp": "Kafka timestamp of the record",
+    "key": "the record's key bytes, as received",
+    "value": "the record's value bytes, as received",
+    "error": "why the record could not be decoded",
+    "error_type": "the typed error's class name",
+    "decoder": "the decoder that refused the record",
+}
+
+
+def dead_letter_schema() -> Schema:
+    """``ingest.decode.DEAD_LETTER_SCHEMA`` as an Iceberg schema (all columns optional:
+    the sink writes whatever the record had)."""
+    fields = []
+    for i, f in enumerate(DEAD_LETTER_SCHEMA, start=1):
+        t = _ARROW_TO_ICEBERG.get(f.type)
+        if t is None:
+            raise SchemaError(f"dead-letter column {f.name!r}: no Iceberg type for {f.type}")
+        fields.append(NestedField(i, f.name, t, False, _DEAD_LETTER_DOCS.get(f.name)))
+    return Schema(tuple(fields))
+
+
+def ensure_dead_letter_table(catalog: Catalog, io: FileIO, name: str | TableIdent) -> Table:
+    """Load or create the unpartitioned dead-letter table ``name`` (``"ns.table"``)."""
+    try:
+        ident = parse_ident(name) if isinstance(name, str) else tuple(name)
+    except CalvingError:
+        raise ConfigError(f'sink.dead_letter_table: expected "namespace.table", got {name!r}') from None
+    catalog.create_namespace_if_missing(ident[:-1])
+    schema = dead_letter_schema()
+    try:
+        table = Table.load(catalog, ident, io)
+    except NoSuchTableError:
+        try:
+            return create_table(catalog, ident, schema, io=io)
+        except TableAlreadyExistsError:
+            table = Table.load(catalog, ident, io)  # created concurrently
+    _evolve(
+        table,
+        [
+            _Column(f"sink.dead_letter_table ({'.'.join(ident)})", f.name, f.field_type, False, f.doc)
+            for f in schema.fields
+        ],
+    )
+    return table

@@ -1,0 +1,125 @@
+"""A whole pipeline config: TOML file -> ``CalvingConfig``, checked across sections."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from commit.errors import ConfigError
+from ingest.config.format import KEYS as FORMAT_KEYS
+from ingest.config.format import FormatConfig, parse_format
+from ingest.config.reader import Context, Section
+from ingest.config.runtime import (
+    SINK_KEYS,
+    SPARK_KEYS,
+    SinkConfig,
+    SparkConfig,
+    parse_sink,
+    parse_spark,
+)
+from ingest.config.secrets import resolve_env
+from ingest.config.source import KEYS as SOURCE_KEYS
+from ingest.config.source import SourceConfig, parse_source
+from ingest.config.table import KEYS as TABLE_KEYS
+from ingest.config.table import TableConfig, parse_table
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
+    import tomli as tomllib
+
+SECTIONS = ("source", "format", "table", "sink", "spark")
+
+
+@dataclass(frozen=True)
+class CalvingConfig:
+    """One streaming pipeline: Kafka ``source`` decoded per ``format`` into ``table``,
+    written by ``sink`` in the ``spark`` session."""
+
+    source: SourceConfig
+    format: FormatConfig
+    table: TableConfig
+    sink: SinkConfig
+    spark: SparkConfig
+    #: Where the config came from (a file path, or the name given to ``parse_config``).
+    origin: str = "<config>"
+
+
+def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> CalvingConfig:
+    """Read and check a TOML config file. Relative paths inside it are relative to the
+    file's directory; ``${env:NAME}`` references are read from ``environ`` (default: the
+    process environment). Every problem is a ``ConfigError`` naming the file and key."""
+    path = os.fspath(path)
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    base_dir = os.path.dirname(os.path.abspath(path))
+    return parse_config(data, path, base_dir=base_dir, environ=environ)
+
+
+def parse_config(
+    data: Mapping[str, Any],
+    source_name: str = "<config>",
+    *,
+    base_dir: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> CalvingConfig:
+    """Check an already parsed TOML document (e.g. built in code by the demo).
+
+    ``base_dir`` anchors relative paths (default: the working directory)."""
+    try:
+        return _parse(data, source_name, base_dir or os.getcwd(), environ)
+    except ConfigError as exc:
+        raise ConfigError(f"{source_name}: {exc}") from None
+
+
+def _parse(
+    data: Mapping[str, Any], origin: str, base_dir: str, environ: Mapping[str, str] | None
+) -> CalvingConfig:
+    ctx = Context(base_dir=base_dir)
+    resolved = resolve_env(dict(data), "", os.environ if environ is None else environ, ctx.env_keys)
+    root = Section(resolved, "", ctx, SECTIONS)
+    source = root.table("source", SOURCE_KEYS, required=True)
+    fmt = root.table("format", FORMAT_KEYS, required=True)
+    table = root.table("table", TABLE_KEYS, required=True)
+    sink = root.table("sink", SINK_KEYS, required=True)
+    spark = root.table("spark", SPARK_KEYS)
+    root.finish()
+    assert source is not None and fmt is not None and table is not None and sink is not None
+
+    source_cfg = parse_source(source)
+    format_cfg = parse_format(fmt)
+    table_cfg = parse_table(table)
+    config = CalvingConfig(
+        source=source_cfg,
+        format=format_cfg,
+        table=table_cfg,
+        sink=parse_sink(sink, table_cfg.name),
+        spark=parse_spark(spark),
+        origin=origin,
+    )
+    _check_across(config)
+    return config
+
+
+def _check_across(config: CalvingConfig) -> None:
+    fmt, table = config.format, config.table
+    if fmt.keyed and not table.identifier_fields:
+        raise ConfigError(
+            f'table.identifier_fields: format.type "{fmt.type}" carries updates and deletes, '
+            "so the table needs a primary key (e.g. identifier_fields = [\"id\"])"
+        )
+    if table.infer_schema and fmt.value_format == "avro":
+        raise ConfigError(
+            f'table.infer_schema: only JSON formats can be inferred, not "{fmt.type}"; '
+            "declare [[table.columns]]"
+        )

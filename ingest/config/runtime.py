@@ -1,0 +1,141 @@
+"""``[sink]`` (the streaming write: identity, checkpoint, trigger, dead letters) and
+``[spark]`` (the session)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from commit.catalog.base import check_ident
+from commit.errors import CalvingError, ConfigError
+from ingest.config.reader import Section
+from ingest.config.secrets import masked_repr
+
+SINK_KEYS = (
+    "writer_id",
+    "checkpoint",
+    "trigger_interval",
+    "dead_letter_table",
+    "dead_letter_topic",
+    "key_partitions",
+    "index_save_every",
+    "evolve_schema",
+)
+SPARK_KEYS = ("master", "app_name", "conf")
+_INTERVAL = re.compile(
+    r"^\s*(\d+(?:\.\d+)?)\s*(ms|millis|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    #: The exactly-once ledger identity (``calving.ledger.<writer_id>``): stable across
+    #: restarts and unique per pipeline writing the table.
+    writer_id: str
+    #: Spark checkpoint location (absolute path or URI).
+    checkpoint: str
+    #: Spark's processing-time trigger, e.g. ``"5 seconds"``.
+    trigger_interval: str = "2 seconds"
+    #: Full name (``namespace.table``) of the dead-letter table in the same catalog.
+    dead_letter_table: str | None = None
+    dead_letter_topic: str | None = None
+    #: Number of key-hash partitions for keyed (CDC) writes; None lets the sink choose.
+    key_partitions: int | None = None
+    #: Save the primary-key index with the table every N batches.
+    index_save_every: int = 20
+    #: Add optional columns for unknown JSON fields of a single scalar kind.
+    evolve_schema: bool = True
+
+    @property
+    def trigger_seconds(self) -> float:
+        return interval_seconds(self.trigger_interval)
+
+
+@dataclass(frozen=True, repr=False)
+class SparkConfig:
+    master: str = "local[2]"
+    app_name: str = "calving"
+    #: Spark settings passed to the session builder (``spark.sql.shuffle.partitions`` ...).
+    conf: dict[str, str] = field(default_factory=dict)
+    env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
+
+    def __repr__(self) -> str:
+        return masked_repr(self)
+
+
+def interval_seconds(text: str) -> float:
+    """``"5 seconds"`` -> 5.0 (Spark's interval spellings; ``ValueError`` otherwise)."""
+    m = _INTERVAL.match(text)
+    if m is None:
+        raise ValueError(text)
+    return float(m.group(1)) * _interval_factor(m.group(2))
+
+
+def _interval_factor(unit: str) -> float:
+    u = unit.lower()
+    if u.startswith("ms") or u.startswith("milli"):
+        return 0.001
+    if u.startswith("h"):
+        return 3600.0
+    if u.startswith("m"):
+        return 60.0
+    return 1.0
+
+
+def parse_sink(s: Section, table_name: str) -> SinkConfig:
+    writer_id = s.required_string("writer_id", what="a stable name for this pipeline")
+    if any(c.isspace() for c in writer_id):
+        s.fail("writer_id", f"must not contain spaces, got {writer_id!r}")
+    checkpoint = s.ctx.resolve_path(
+        s.required_string("checkpoint", what="a directory or URI for Spark's checkpoint")
+    )
+    interval = s.string("trigger_interval", "2 seconds", what='a duration such as "5 seconds"')
+    assert interval is not None
+    if _INTERVAL.match(interval) is None:
+        s.fail(
+            "trigger_interval",
+            f'expected a duration such as "500 milliseconds", "5 seconds" or "1 minute", '
+            f"got {interval!r}",
+        )
+    dead_table = s.string("dead_letter_table", what='a table name ("namespace.table" or "table")')
+    if dead_table is not None:
+        if "." not in dead_table:
+            # A bare name lives in the main table's namespace.
+            dead_table = table_name.rsplit(".", 1)[0] + "." + dead_table
+        try:
+            check_ident(tuple(dead_table.split(".")))
+        except CalvingError:
+            s.fail("dead_letter_table", f'expected "namespace.table", got {dead_table!r}')
+        if dead_table == table_name:
+            s.fail("dead_letter_table", "must differ from table.name")
+    config = SinkConfig(
+        writer_id=writer_id,
+        checkpoint=checkpoint,
+        trigger_interval=interval.strip(),
+        dead_letter_table=dead_table,
+        dead_letter_topic=s.string("dead_letter_topic", what="a Kafka topic name"),
+        key_partitions=s.integer("key_partitions", minimum=1),
+        index_save_every=s.integer("index_save_every", 20, minimum=1) or 20,
+        evolve_schema=s.boolean("evolve_schema", True),
+    )
+    s.finish()
+    return config
+
+
+def parse_spark(s: Section | None) -> SparkConfig:
+    if s is None:
+        return SparkConfig()
+    config = SparkConfig(
+        master=s.string("master", "local[2]") or "local[2]",
+        app_name=s.string("app_name", "calving") or "calving",
+        conf=s.passthrough("conf"),
+        env_keys=s.env_names(),
+    )
+    s.finish()
+    if "spark.master" in config.conf or "spark.app.name" in config.conf:
+        raise ConfigError("spark.conf: set spark.master / spark.app_name instead of the conf keys")
+    return config
+
+
+__all__ = ["SinkConfig", "SparkConfig", "interval_seconds", "parse_sink", "parse_spark"]

@@ -1,0 +1,110 @@
+"""Secrets in configuration: ``${env:NAME}`` references and masked ``repr``.
+
+Secrets never live in the config file. Any string value may reference environment
+variables as ``${env:NAME}``, alone (``password = "${env:KAFKA_PASSWORD}"``) or inside a
+longer string (``"postgresql+psycopg://calving:${env:PGPASSWORD}@db/catalog"``). They are
+resolved once, when the file is parsed; a variable that is not set is a ``ConfigError``
+naming the key and the variable, never its value.
+
+Every key whose value came from the environment is remembered, so error messages and
+``repr`` show ``<from ${env:NAME}>`` instead of the value, and passthrough keys whose name
+says they hold a secret (password, secret, jaas, token, credential) are masked in ``repr``
+whatever their origin.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from commit.errors import ConfigError
+
+ENV_REFERENCE = re.compile(r"\$\{env:([^}]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+#: Passthrough keys whose values are masked in ``repr`` (librdkafka's sasl.password,
+#: sasl.jaas.config, sasl.oauthbearer.client.secret, s3.secret-access-key, tokens ...).
+SENSITIVE_KEY = re.compile(r"password|secret|jaas|token|credential", re.IGNORECASE)
+MASK = "***"
+
+
+def resolve_env(
+    value: Any, key: str, environ: Mapping[str, str], found: dict[str, tuple[str, ...]]
+) -> Any:
+    """``value`` with every ``${env:NAME}`` in its strings replaced (lists and tables
+    walked). ``found`` collects dotted key -> variable names of each substituted value."""
+    if isinstance(value, str):
+        names = ENV_REFERENCE.findall(value)
+        if not names:
+            return value
+        for name in names:
+            if not _ENV_NAME.match(name):
+                raise ConfigError(
+                    f"{key}: ${{env:{name}}} is not a valid environment variable reference; "
+                    "use ${env:NAME} with letters, digits and underscores"
+                )
+            if name not in environ:
+                raise ConfigError(
+                    f"{key}: environment variable {name} is not set (referenced as ${{env:{name}}})"
+                )
+        found[key] = tuple(names)
+        return ENV_REFERENCE.sub(lambda m: environ[m.group(1)], value)
+    if isinstance(value, list):
+        return [resolve_env(v, f"{key}[{i}]", environ, found) for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        return {
+            k: resolve_env(v, join_key(key, k) if key else quote_key(k), environ, found)
+            for k, v in value.items()
+        }
+    return value
+
+
+def quote_key(name: str) -> str:
+    """A TOML key as the user would write it: bare when possible, else quoted."""
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else '"' + name.replace('"', '\\"') + '"'
+
+
+def join_key(prefix: str, name: str) -> str:
+    return f"{prefix}.{quote_key(name)}" if prefix else quote_key(name)
+
+
+def env_placeholder(names: tuple[str, ...]) -> str:
+    return "<from " + ", ".join(f"${{env:{n}}}" for n in names) + ">"
+
+
+def mask_url_password(url: str) -> str:
+    """``scheme://user:secret@host/db`` -> ``scheme://user:***@host/db``."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1" + MASK + "@", url)
+
+
+def masked_repr(obj: Any) -> str:
+    """``repr`` of a config dataclass without secrets.
+
+    A dataclass field is masked if its value came from the environment (its name is in
+    ``obj.env_keys``, unquoted dotted names relative to the section) or, for passthrough mappings, if the entry's key looks sensitive or
+    came from the environment. URLs have their password masked.
+    """
+    env_keys: frozenset[str] = getattr(obj, "env_keys", frozenset())
+    parts = []
+    for f in dataclasses.fields(obj):
+        if not f.repr:
+            continue
+        value = getattr(obj, f.name)
+        if f.name in env_keys:
+            shown = repr(MASK)
+        elif isinstance(value, Mapping):
+            shown = repr(
+                {
+                    k: MASK
+                    if SENSITIVE_KEY.search(str(k)) or f"{f.name}.{k}" in env_keys
+                    else v
+                    for k, v in value.items()
+                }
+            )
+        elif isinstance(value, str) and "://" in value:
+            shown = repr(mask_url_password(value))
+        else:
+            shown = repr(value)
+        parts.append(f"{f.name}={shown}")
+    return f"{type(obj).__name__}({', '.join(parts)})"

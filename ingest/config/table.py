@@ -1,0 +1,321 @@
+"""``[table]``: the Iceberg table the stream writes, its catalog, schema and partitioning.
+
+Catalogs by URI scheme:
+
+* ``sqlite:////abs/catalog.db`` (or ``sqlite:///relative.db``, relative to the config
+  file) and ``postgresql+psycopg://user:${env:PGPASSWORD}@host/db``: the SQL catalog
+  (Iceberg JDBC / pyiceberg tables); ``warehouse`` is required.
+* ``file:///abs/warehouse``: the filesystem catalog; the path is the warehouse.
+
+The schema is either declared (``[[table.columns]]``) or inferred from the first records
+(``infer_schema = true``); declared columns then fix their own types and the sample adds
+the rest. Identifier fields are required columns (they default to ``required = true``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from commit.catalog.base import check_ident
+from commit.errors import CalvingError, ConfigError
+from commit.io import to_uri
+from commit.spec.partition import PartitionSpec, PartitionSpecBuilder
+from commit.spec.schema import Schema
+from commit.spec.transforms import IDENTITY, Transform, bucket, truncate
+from commit.spec.types import IcebergType, NestedField
+from commit.table.ledger import LEDGER_PREFIX
+from ingest.config.reader import Section
+from ingest.config.secrets import masked_repr
+from ingest.config.type_strings import check_type, parse_type, type_text
+
+KEYS = (
+    "catalog",
+    "catalog_name",
+    "warehouse",
+    "name",
+    "identifier_fields",
+    "partition",
+    "properties",
+    "columns",
+    "infer_schema",
+    "infer_temporal",
+    "io",
+)
+COLUMN_KEYS = ("name", "type", "required", "doc")
+TRANSFORM_EXAMPLES = 'a transform such as "bucket(16, id)" or "day(ts)"'
+_TRANSFORM = re.compile(
+    r"^\s*(?:(?P<fn>[A-Za-z_]+)\s*\(\s*(?:(?P<n>\d+)\s*,\s*)?(?P<arg>[^(),\s]+)\s*\)"
+    r"|(?P<col>[A-Za-z_][\w.]*))\s*$"
+)
+_SIMPLE_TRANSFORMS = ("identity", "year", "month", "day", "hour", "void")
+
+
+@dataclass(frozen=True)
+class ColumnConfig:
+    name: str
+    #: The Iceberg type as written, normalised (``decimal(12, 2)``, ``list<string>``).
+    type: str
+    required: bool = False
+    doc: str | None = None
+
+    def iceberg_type(self, next_id: object = None) -> IcebergType:
+        """The parsed type; nested ids from ``next_id()`` when given (else throwaway)."""
+        if next_id is None:
+            return check_type(self.type)
+        return parse_type(self.type, next_id)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class PartitionFieldConfig:
+    """One entry of ``table.partition``: ``bucket(16, id)`` -> column id, bucket[16]."""
+
+    column: str
+    transform: Transform
+    text: str
+
+
+@dataclass(frozen=True, repr=False)
+class TableConfig:
+    #: Catalog URI (absolute): ``sqlite:////...``, ``postgresql+psycopg://...``, ``file:///...``.
+    catalog: str
+    name: str
+    catalog_name: str = "calving"
+    #: Where new tables' files go: a ``file://`` or ``s3://`` URI (local paths made URIs).
+    warehouse: str | None = None
+    identifier_fields: tuple[str, ...] = ()
+    partition: tuple[PartitionFieldConfig, ...] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    columns: tuple[ColumnConfig, ...] = ()
+    infer_schema: bool = False
+    #: With infer_schema: ISO-8601 strings become timestamptz / timestamp / date columns.
+    infer_temporal: bool = True
+    #: FileIO properties (``s3.endpoint``, ``s3.access-key-id`` ...), Iceberg's names.
+    io: dict[str, str] = field(default_factory=dict)
+    env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
+
+    def __repr__(self) -> str:
+        return masked_repr(self)
+
+    @property
+    def ident(self) -> tuple[str, ...]:
+        return tuple(self.name.split("."))
+
+    @property
+    def namespace(self) -> tuple[str, ...]:
+        return self.ident[:-1]
+
+    @property
+    def catalog_kind(self) -> str:
+        """``"sql"`` or ``"filesystem"``."""
+        return "filesystem" if self.catalog.startswith("file:") else "sql"
+
+    def column(self, name: str) -> ColumnConfig | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+    def schema(self) -> Schema:
+        """The declared columns as an Iceberg schema: top-level ids 1..n, nested ids after."""
+        if not self.columns:
+            raise ConfigError("table.columns: no columns declared (the schema is inferred)")
+        return schema_from_columns(self.columns, self.identifier_fields)
+
+    def partition_spec(self, schema: Schema) -> PartitionSpec:
+        return build_spec(schema, self.partition)
+
+
+def schema_from_columns(
+    columns: Sequence[ColumnConfig], identifier_fields: Sequence[str], first_id: int = 1
+) -> Schema:
+    ids = iter(range(first_id + len(columns), 10**9))
+    fields = tuple(
+        NestedField(first_id + i, c.name, c.iceberg_type(lambda: next(ids)), c.required, c.doc)
+        for i, c in enumerate(columns)
+    )
+    by_name = {f.name: f.field_id for f in fields}
+    return Schema(fields, identifier_field_ids=tuple(by_name[n] for n in identifier_fields))
+
+
+def build_spec(schema: Schema, partition: Sequence[PartitionFieldConfig]) -> PartitionSpec:
+    """The spec of ``partition`` over ``schema``; a ``ConfigError`` names the entry."""
+    builder = PartitionSpecBuilder(schema)
+    for i, p in enumerate(partition):
+        try:
+            builder.add(p.column, p.transform)
+        except CalvingError as exc:
+            raise ConfigError(f"table.partition[{i}]: {p.text!r}: {exc}") from None
+    try:
+        return builder.build()
+    except CalvingError as exc:
+        raise ConfigError(f"table.partition: {exc}") from None
+
+
+def parse_transform_text(text: str) -> tuple[str, Transform]:
+    """``bucket(16, id)`` -> ("id", bucket[16]); ``id`` -> ("id", identity)."""
+    m = _TRANSFORM.match(text)
+    if m is None:
+        raise ValueError(text)
+    if m.group("col"):
+        return m.group("col"), IDENTITY
+    fn, n, arg = m.group("fn").lower(), m.group("n"), m.group("arg")
+    if fn in ("bucket", "truncate"):
+        if n is None or int(n) < 1:
+            raise ValueError(text)
+        return arg, (bucket if fn == "bucket" else truncate)(int(n))
+    if fn in _SIMPLE_TRANSFORMS and n is None:
+        return arg, Transform(fn)
+    raise ValueError(text)
+
+
+def parse_table(s: Section) -> TableConfig:
+    catalog = _catalog_uri(s)
+    warehouse = s.string("warehouse", what="a directory or URI such as s3://bucket/warehouse")
+    if warehouse is not None:
+        warehouse = to_uri(s.ctx.resolve_path(warehouse)).rstrip("/")
+    if catalog.startswith("file:"):
+        if warehouse is not None and warehouse != catalog.rstrip("/"):
+            s.fail("warehouse", "differs from the filesystem catalog's path; omit it")
+        warehouse = catalog.rstrip("/")
+    elif warehouse is None:
+        s.fail("warehouse", "is required with a SQL catalog (where new tables' files go)")
+
+    name = s.required_string("name", what='"namespace.table"')
+    try:
+        check_ident(tuple(name.split(".")))
+    except CalvingError:
+        s.fail("name", f'expected "namespace.table", got {name!r}')
+
+    declared = [_column(c) for c in s.table_list("columns", COLUMN_KEYS)]
+    infer = s.boolean("infer_schema", False)
+    if not declared and not infer:
+        s.fail(
+            "columns",
+            "no columns declared; add [[table.columns]] entries or set infer_schema = true",
+        )
+    identifiers = s.string_list("identifier_fields") or ()
+    columns = tuple(
+        replace(c, required=True) if c.name in identifiers and not given else c
+        for c, given in declared
+    )
+    _no_duplicates(s, columns)
+    for i, ident in enumerate(identifiers):
+        column = next((c for c in columns if c.name == ident), None)
+        if column is None and not infer:
+            raise ConfigError(f"{s.key('identifier_fields')}[{i}]: {ident!r} is not a declared column")
+        if column is not None and not column.required:
+            raise ConfigError(
+                f"{s.key('identifier_fields')}[{i}]: {ident!r} is declared with required = false; "
+                "identifier fields must be required"
+            )
+    if len(set(identifiers)) != len(identifiers):
+        s.fail("identifier_fields", "names a column twice")
+
+    partition = _partition(s)
+    properties = s.passthrough("properties")
+    for key in properties:
+        if key.startswith(LEDGER_PREFIX):
+            raise ConfigError(
+                f'{s.key("properties")}."{key}": the exactly-once ledger is written by calving only'
+            )
+    config = TableConfig(
+        catalog=catalog,
+        name=name,
+        catalog_name=s.string("catalog_name", "calving") or "calving",
+        warehouse=warehouse,
+        identifier_fields=identifiers,
+        partition=partition,
+        properties=properties,
+        columns=columns,
+        infer_schema=infer,
+        infer_temporal=s.boolean("infer_temporal", True),
+        io=s.passthrough("io"),
+        env_keys=s.env_names(),
+    )
+    s.finish()
+    names = {c.name for c in columns}
+    if columns and (not infer or all(p.column.split(".")[0] in names for p in partition)):
+        # Check now that partition columns and transforms fit the schema; with an
+        # inferred schema and undeclared partition columns this waits for the sample.
+        config.partition_spec(_checked_schema(s, config))
+    return config
+
+
+def _catalog_uri(s: Section) -> str:
+    what = '"sqlite:////path/catalog.db", "postgresql+psycopg://..." or "file:///warehouse"'
+    uri = s.required_string("catalog", what=what)
+    if uri.startswith("file:") or "://" not in uri:
+        if "://" not in uri and not uri.startswith("file:"):
+            s.fail("catalog", f"expected a URI such as {what}, got {s.shown(s.key('catalog'), uri)}")
+        return to_uri(uri).rstrip("/")
+    try:
+        url = make_url(uri)
+    except ArgumentError:
+        s.fail("catalog", f"not a valid database URL; expected {what}")
+    backend = url.get_backend_name()
+    if backend == "sqlite":
+        database = url.database or ""
+        if not database or database == ":memory:" or database.startswith("file:"):
+            s.fail("catalog", "an SQLite catalog needs a database file path")
+        # sqlite:///x.db is relative: anchor it at the config file, not the working dir.
+        absolute = s.ctx.resolve_path(database)
+        return url.set(database=absolute).render_as_string(hide_password=False)
+    if backend != "postgresql":
+        s.fail("catalog", f"catalog backend {backend!r} is not supported; expected {what}")
+    return uri
+
+
+def _column(c: Section) -> tuple[ColumnConfig, bool]:
+    """The column, and whether ``required`` was written (identifier columns default to
+    required when it was not)."""
+    name = c.required_string("name", what="a column name")
+    raw = c.required_string("type", what='an Iceberg type such as "long" or "decimal(10, 2)"')
+    try:
+        parsed = check_type(raw)
+    except ConfigError as exc:
+        c.fail("type", str(exc))
+    given = c.has("required")
+    column = ColumnConfig(
+        name=name,
+        type=type_text(parsed),
+        required=c.boolean("required", False),
+        doc=c.string("doc"),
+    )
+    c.finish()
+    return column, given
+
+
+def _no_duplicates(s: Section, columns: tuple[ColumnConfig, ...]) -> None:
+    seen: set[str] = set()
+    for i, c in enumerate(columns):
+        if c.name in seen:
+            raise ConfigError(f"{s.key('columns')}[{i}].name: column {c.name!r} is declared twice")
+        seen.add(c.name)
+
+
+def _partition(s: Section) -> tuple[PartitionFieldConfig, ...]:
+    value = s.raw("partition")
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        s.wrong("partition", f"a list of transforms such as [\"day(ts)\", \"bucket(16, id)\"]", value)
+    out = []
+    for i, item in enumerate(value):
+        key = f"{s.key('partition')}[{i}]"
+        if not isinstance(item, str):
+            s.wrong("", TRANSFORM_EXAMPLES, item, key=key)
+        try:
+            column, transform = parse_transform_text(item)
+        except (ValueError, CalvingError):
+            raise ConfigError(f"{key}: expected {TRANSFORM_EXAMPLES}, got {item!r}") from None
+        out.append(PartitionFieldConfig(column, transform, item))
+    return tuple(out)
+
+
+def _checked_schema(s: Section, config: TableConfig) -> Schema:
+    try:
+        return config.schema()
+    except CalvingError as exc:
+        raise ConfigError(f"{s.path}: {exc}") from None

@@ -1,0 +1,120 @@
+"""Executor-side reading of one offset range into Arrow, against the embedded broker."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+import pyarrow as pa
+import pytest
+
+from ingest.kafka.broker import EmbeddedBroker
+from ingest.kafka.offsets import OffsetRange
+from ingest.kafka.options import KafkaSourceOptions
+from ingest.kafka.producer import produce
+from ingest.kafka.range_reader import KafkaReadTimeoutError, read_range
+from ingest.kafka.source import kafka_arrow_schema
+
+pytestmark = pytest.mark.integration
+
+
+def options(broker: EmbeddedBroker, **extra: str) -> KafkaSourceOptions:
+    return KafkaSourceOptions.parse(
+        {"kafka.bootstrap.servers": broker.bootstrap_servers, "subscribe": "unused", **extra}
+    )
+
+
+def read(opts: KafkaSourceOptions, offset_range: OffsetRange) -> pa.Table:
+    schema = kafka_arrow_schema(opts.include_headers)
+    batches = list(read_range(opts, offset_range, schema))
+    for batch in batches:
+        assert batch.schema.equals(schema)
+    return pa.Table.from_batches(batches, schema)
+
+
+def test_reads_exactly_the_range_with_spark_columns(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic(partitions=2)
+    before = dt.datetime.now(dt.timezone.utc)
+    produce(
+        broker.bootstrap_servers,
+        topic,
+        [(1, f"k{i}".encode(), None if i == 5 else f"v{i}".encode(), None) for i in range(30_000)],
+    )
+    table = read(options(broker), OffsetRange(topic, 1, 3, 25_003))
+    assert table.num_rows == 25_000
+    assert table.column("offset").to_pylist() == list(range(3, 25_003))
+    assert table.column("key").to_pylist()[:3] == [b"k3", b"k4", b"k5"]
+    assert table.column("value").to_pylist()[2] is None
+    assert set(table.column("topic").to_pylist()) == {topic}
+    assert set(table.column("partition").to_pylist()) == {1}
+    assert set(table.column("timestampType").to_pylist()) == {0}  # CreateTime
+    first = table.column("timestamp")[0].as_py()
+    assert before - dt.timedelta(seconds=5) <= first <= dt.datetime.now(dt.timezone.utc)
+
+
+def test_headers_column(broker: EmbeddedBroker, make_topic: Callable[..., str]) -> None:
+    topic = make_topic()
+    produce(
+        broker.bootstrap_servers,
+        topic,
+        [
+            (0, None, b"a", [("trace", b"1"), ("empty", None)]),
+            (0, None, b"b", None),
+            (0, None, b"c", [("trace", b"3")]),
+        ],
+    )
+    table = read(options(broker, includeHeaders="true"), OffsetRange(topic, 0, 0, 3))
+    assert table.column("headers").to_pylist() == [
+        [{"key": "trace", "value": b"1"}, {"key": "empty", "value": None}],
+        None,
+        [{"key": "trace", "value": b"3"}],
+    ]
+
+
+def test_a_range_ending_in_an_offset_gap_terminates(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    """A transaction's commit marker takes an offset no consumer ever sees: the read must
+    stop at the end of the range anyway (the partition-end event says it is past it)."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    topic = make_topic()
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": topic})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(5):
+        producer.produce(topic, value=f"v{i}".encode(), partition=0)
+    producer.commit_transaction(10)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap_servers, "group.id": "gap"})
+    _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), 10)
+    consumer.close()
+    assert high == 6  # five records and the commit marker
+
+    for isolation in ("read_uncommitted", "read_committed"):
+        opts = options(broker, **{"kafka.isolation.level": isolation})
+        table = read(opts, OffsetRange(topic, 0, 0, high))
+        assert table.column("offset").to_pylist() == [0, 1, 2, 3, 4]
+
+
+def test_a_frozen_broker_times_out_with_a_typed_error(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic()
+    produce(broker.bootstrap_servers, topic, [(0, None, b"x", None)] * 10)
+    opts = options(broker, **{"kafkaConsumer.pollTimeoutMs": "1500"})
+    broker.pause()
+    try:
+        with pytest.raises(KafkaReadTimeoutError) as raised:
+            read(opts, OffsetRange(topic, 0, 0, 10))
+    finally:
+        broker.resume()
+    assert (raised.value.topic, raised.value.partition, raised.value.offset) == (topic, 0, 0)
+    assert "kafkaConsumer.pollTimeoutMs" in str(raised.value)
+    # Once the broker answers again the same range reads fine.
+    assert read(opts, OffsetRange(topic, 0, 0, 10)).num_rows == 10
+
+
+def test_an_empty_range_reads_nothing_without_connecting(broker: EmbeddedBroker) -> None:
+    assert read(options(broker), OffsetRange("never-created", 0, 7, 7)).num_rows == 0

@@ -2,7 +2,10 @@
 
 Both commit the same kind of pre-written Parquet files to tables on the same SQLite
 catalog. calving writes format v3; pyiceberg (``add_files``, which registers files
-it did not write, and reads their footers) writes v2. Prints medians and ratios.
+it did not write, and reads their footers) writes v2. pyiceberg's duplicate-file check
+(a scan of every manifest) is turned off: calving's ``FastAppend`` does not check either,
+so both sides do the same work. History grows by one-file commits on both sides. Prints
+medians and ratios; ``figures`` returns them to the suite (``python -m tests.bench``).
 
     python -m tests.bench.commit_latency [--quick] [--sizes 10,100,1000] [--repeat 5]
 """
@@ -23,16 +26,21 @@ from commit.catalog import SqlCatalog
 from commit.spec.schema import Schema
 from commit.spec.types import LONG, STRING, NestedField
 from commit.table.actions.fast_append import FastAppend
-from commit.table.table import Table, create_table
+from commit.table.table import create_table
 from ingest.write.parquet_writer import write_data_file
+from tests.bench.figures import Figure, at_most
 
 SCHEMA = Schema((NestedField(1, "id", LONG, required=True), NestedField(2, "name", STRING)))
 FILES_PER_COMMIT = 10
 
 
 def _arrow(n: int, start: int) -> pa.Table:
-    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
-                     "name": [f"n{i}" for i in range(start, start + n)]})
+    return pa.table(
+        {
+            "id": pa.array(range(start, start + n), pa.int64()),
+            "name": [f"n{i}" for i in range(start, start + n)],
+        }
+    )
 
 
 class CalvingSide:
@@ -65,8 +73,9 @@ class PyIcebergSide:
         from pyiceberg.catalog.sql import SqlCatalog as PyCatalog
 
         self.catalog = PyCatalog("bench", uri=uri, warehouse=warehouse)
-        self.table = self.catalog.create_table(f"bench.py_{uuid.uuid4().hex[:6]}",
-                                               schema=_arrow(1, 0).schema)
+        self.table = self.catalog.create_table(
+            f"bench.py_{uuid.uuid4().hex[:6]}", schema=_arrow(1, 0).schema
+        )
         self.dir = os.path.join(warehouse.replace("file://", ""), "pydata", uuid.uuid4().hex[:6])
         os.makedirs(self.dir)
         self.counter = 0
@@ -79,7 +88,7 @@ class PyIcebergSide:
             pq.write_table(_arrow(10, self.counter * 10), p)
             paths.append("file://" + p)
         t0 = time.perf_counter()
-        self.table.add_files(paths)
+        self.table.add_files(paths, check_duplicate_files=False)
         return time.perf_counter() - t0
 
 
@@ -100,25 +109,65 @@ def run(sizes: list[int], repeat: int) -> list[dict]:
             for _ in range(repeat):
                 samples.append(side.commit(FILES_PER_COMMIT))
                 existing += 1
-            results.append({"side": side.name, "snapshots": size,
-                            "median_ms": statistics.median(samples) * 1000})
+            results.append(
+                {
+                    "side": side.name,
+                    "snapshots": size,
+                    "median_ms": statistics.median(samples) * 1000,
+                }
+            )
     return results
 
 
 def report(results: list[dict]) -> str:
     by = {(r["side"], r["snapshots"]): r["median_ms"] for r in results}
     sizes = sorted({r["snapshots"] for r in results})
-    lines = ["| existing snapshots | calving ms | pyiceberg ms | pyiceberg / calving |",
-             "|---:|---:|---:|---:|"]
+    lines = [
+        "| existing snapshots | calving ms | pyiceberg ms | pyiceberg / calving |",
+        "|---:|---:|---:|---:|",
+    ]
     for s in sizes:
         c, p = by[("calving", s)], by[("pyiceberg", s)]
         lines.append(f"| {s} | {c:.1f} | {p:.1f} | {p / c:.1f}x |")
     first, last = sizes[0], sizes[-1]
     lines.append("")
-    lines.append(f"calving growth {first}->{last} snapshots: "
-                 f"{by[('calving', last)] / by[('calving', first)]:.2f}x (goal <= 1.2x); "
-                 f"pyiceberg growth: {by[('pyiceberg', last)] / by[('pyiceberg', first)]:.2f}x")
+    lines.append(
+        f"calving growth {first}->{last} snapshots: "
+        f"{by[('calving', last)] / by[('calving', first)]:.2f}x (goal <= 1.2x); "
+        f"pyiceberg growth: {by[('pyiceberg', last)] / by[('pyiceberg', first)]:.2f}x"
+    )
     return "\n".join(lines)
+
+
+def figures(quick: bool) -> list[Figure]:
+    """Median commit latency per history size and calving's growth (goal <= 1.2x)."""
+    sizes = [10, 100] if quick else [10, 100, 1000]
+    results = run(sizes, repeat=5)
+    by = {(r["side"], r["snapshots"]): r["median_ms"] for r in results}
+    out = [
+        Figure(
+            "commit_latency",
+            f"append {FILES_PER_COMMIT} files @{s} snapshots, ms",
+            by[("calving", s)],
+            "pyiceberg add_files",
+            by[("pyiceberg", s)],
+        )
+        for s in sizes
+    ]
+    first, last = sizes[0], sizes[-1]
+    growth = by[("calving", last)] / by[("calving", first)]
+    out.append(
+        Figure(
+            "commit_latency",
+            f"latency growth {first}->{last} snapshots, x",
+            growth,
+            "pyiceberg add_files",
+            by[("pyiceberg", last)] / by[("pyiceberg", first)],
+            goal="calving <= 1.2x",
+            met=at_most(growth, 1.2),
+        )
+    )
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -127,8 +176,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--sizes", default=None)
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else (
-        [10, 100] if args.quick else [10, 100, 1000])
+    sizes = (
+        [int(s) for s in args.sizes.split(",")]
+        if args.sizes
+        else ([10, 100] if args.quick else [10, 100, 1000])
+    )
     print(report(run(sizes, args.repeat)))
 
 

@@ -1,0 +1,134 @@
+"""``calving table show``: a table's state in a readable layout (schema, partitioning,
+exactly-once ledgers, recent snapshots, live data files and deletion vectors)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Sequence
+
+from commit.table.ledger import LEDGER_PREFIX, all_ledgers
+from commit.table.table import Table
+from ingest.config.type_strings import type_text
+
+
+def describe_table(table: Table, *, snapshots: int = 10, files: bool = False) -> str:
+    """The whole report as text. ``snapshots`` = how many of the newest to list;
+    ``files`` lists every live data file with its DV."""
+    m = table.metadata
+    current = m.current_snapshot
+    out = [
+        f"table        {table.name}",
+        f"location     {m.location}",
+        f"metadata     {table.metadata_location}",
+        f"uuid         {m.table_uuid}   format-version {m.format_version}",
+        f"snapshots    {len(m.snapshots)}   current {current.snapshot_id if current else '-'}"
+        f"   last-sequence-number {m.last_sequence_number}   next-row-id {m.next_row_id}",
+        "",
+        "schema",
+    ]
+    identifiers = set(m.schema.identifier_field_ids)
+    out += _table(
+        ("id", "name", "type", "required", "key"),
+        [
+            (
+                str(f.field_id),
+                f.name,
+                type_text(f.field_type),
+                "yes" if f.required else "",
+                "key" if f.field_id in identifiers else "",
+            )
+            for f in m.schema.fields
+        ],
+    )
+    spec_fields = [f"{f.transform}({m.schema.column_name(f.source_id)})" for f in m.spec.fields]
+    out += ["", "partitioned by  " + (", ".join(spec_fields) or "nothing (unpartitioned)")]
+
+    props = {k: v for k, v in sorted(m.properties.items()) if not k.startswith(LEDGER_PREFIX)}
+    if props:
+        out += ["", "properties"]
+        out += [f"  {k} = {v}" for k, v in props.items()]
+
+    ledgers = all_ledgers(m)
+    out += ["", "exactly-once ledger (next offset per topic-partition)"]
+    if not ledgers:
+        out.append("  (none: no Kafka offsets committed yet)")
+    for writer, offsets in sorted(ledgers.items()):
+        out.append(f"  writer {writer}")
+        out += [f"    {t}/{p}  {o}" for (t, p), o in sorted(offsets.items())]
+
+    out += ["", f"snapshots (newest {min(snapshots, len(m.snapshots))} of {len(m.snapshots)})"]
+    newest = sorted(m.snapshots, key=lambda s: s.sequence_number)[-snapshots:][::-1]
+    out += _table(
+        (
+            "seq",
+            "snapshot",
+            "parent",
+            "time (UTC)",
+            "operation",
+            "+files",
+            "+rows",
+            "+DVs",
+            "+deleted",
+            "writer",
+        ),  # fmt: skip
+        [
+            (
+                str(s.sequence_number),
+                str(s.snapshot_id),
+                str(s.parent_snapshot_id or "-"),
+                _time(s.timestamp_ms),
+                s.operation,
+                s.summary.get("added-data-files", "0"),
+                s.summary.get("added-records", "0"),
+                s.summary.get("added-delete-files", "0"),
+                s.summary.get("added-position-deletes", "0"),
+                s.summary.get("calving.writer-id", ""),
+            )
+            for s in newest
+        ],
+    )
+
+    live = table.live_files()
+    rows = sum(e.data_file.record_count for e in live.data.values())
+    deleted = sum(e.data_file.record_count for e in live.dvs.values())
+    size = sum(e.data_file.file_size_in_bytes for e in live.data.values())
+    puffins = {e.data_file.file_path for e in live.dvs.values()}
+    out += [
+        "",
+        f"live data files  {len(live.data)}   rows {rows}   bytes {size}",
+        f"deletion vectors {len(live.dvs)} (in {len(puffins)} Puffin files)   "
+        f"deleted rows {deleted}   live rows {rows - deleted}",
+        f"manifests        {len(live.manifests)}",
+    ]
+    if files:
+        out += ["", "files"]
+        out += _table(
+            ("data file", "rows", "bytes", "deleted (DV)", "DV blob"),
+            [
+                (
+                    path,
+                    str(e.data_file.record_count),
+                    str(e.data_file.file_size_in_bytes),
+                    str(live.dvs[path].data_file.record_count) if path in live.dvs else "",
+                    _blob(live.dvs[path].data_file) if path in live.dvs else "",
+                )
+                for path, e in sorted(live.data.items())
+            ],
+        )
+    return "\n".join(out)
+
+
+def _blob(dv: object) -> str:
+    path = getattr(dv, "file_path", "")
+    return f"{path.rsplit('/', 1)[-1]}@{getattr(dv, 'content_offset', '')}"
+
+
+def _time(ms: int) -> str:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    rows = list(rows)
+    widths = [max(len(x) for x in col) for col in zip(head, *rows)]
+    line = lambda cells: "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]

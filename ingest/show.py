@@ -21,8 +21,10 @@ def describe_table(table: Table, *, snapshots: int = 10, files: bool = False) ->
         f"location     {m.location}",
         f"metadata     {table.metadata_location}",
         f"uuid         {m.table_uuid}   format-version {m.format_version}",
-        f"snapshots    {len(m.snapshots)}   current {current.snapshot_id if current else '-'}"
-        f"   last-sequence-number {m.last_sequence_number}   next-row-id {m.next_row_id}",
+        (
+            f"snapshots    {len(m.snapshots)}   current {current.snapshot_id if current else '-'}"
+            f"   last-sequence-number {m.last_sequence_number}   next-row-id {m.next_row_id}"
+        ),
         "",
         "schema",
     ]
@@ -70,7 +72,7 @@ def describe_table(table: Table, *, snapshots: int = 10, files: bool = False) ->
             "+DVs",
             "+deleted",
             "writer",
-        ),  # fmt: skip
+        ),
         [
             (
                 str(s.sequence_number),
@@ -96,8 +98,10 @@ def describe_table(table: Table, *, snapshots: int = 10, files: bool = False) ->
     out += [
         "",
         f"live data files  {len(live.data)}   rows {rows}   bytes {size}",
-        f"deletion vectors {len(live.dvs)} (in {len(puffins)} Puffin files)   "
-        f"deleted rows {deleted}   live rows {rows - deleted}",
+        (
+            f"deletion vectors {len(live.dvs)} (in {len(puffins)} Puffin files)   "
+            f"deleted rows {deleted}   live rows {rows - deleted}"
+        ),
         f"manifests        {len(live.manifests)}",
     ]
     if files:
@@ -130,5 +134,8 @@ def _time(ms: int) -> str:
 def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     rows = list(rows)
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
-    line = lambda cells: "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+
+    def line(cells: Sequence[str]) -> str:
+        return "  " + "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
+
     return [line(head), line(["-" * w for w in widths]), *(line(r) for r in rows)]

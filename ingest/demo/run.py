@@ -156,7 +156,7 @@ def _stream(
             for chunk in generator.chunks(opts.chunk):
                 ends.update(produce(bootstrap, topic, chunk))
                 progress.produced(len(chunk))
-        except BaseException as exc:  # reported by the main thread
+        except Exception as exc:  # noqa: BLE001 - re-raised by the main thread
             failure.append(exc)
 
     thread = threading.Thread(target=producer, name="demo-producer", daemon=True)
@@ -200,7 +200,7 @@ def _check(
                 COLUMN_NAMES,
             ),
             expected,
-        )  # fmt: skip
+        )
     ]
     if duckdb_available():
         readbacks.append(
@@ -249,7 +249,7 @@ def _non_dv_delete_files(table: Any, manifests: Any) -> int:
 
 def report(result: DemoResult, out: TextIO = sys.stdout) -> None:
     s = result.stream
-    print("", file=out)
+    print(file=out)
     print(f"produced   {s.records:,} Kafka records: {s.creates:,} creates, {s.updates:,} updates, "
           f"{s.deletes:,} deletes, {s.tombstones:,} tombstones, {s.poison} poison", file=out)  # fmt: skip
     print(f"expected   {len(s.final):,} live orders", file=out)

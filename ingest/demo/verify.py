@@ -66,8 +66,9 @@ def duckdb_available() -> bool:
     return True
 
 
-def duckdb_rows(metadata_location: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
-    """DuckDB's iceberg extension, loaded from its PyPI package by path (no downloads)."""
+def duckdb_connection() -> Any:
+    """A DuckDB connection with the iceberg and avro extensions loaded from their PyPI
+    packages by path, autoinstall and autoload off (nothing is downloaded)."""
     import duckdb
     import duckdb_extension_avro
     import duckdb_extension_iceberg
@@ -75,19 +76,21 @@ def duckdb_rows(metadata_location: str, columns: Sequence[str]) -> list[tuple[An
     con = duckdb.connect(
         config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
     )
+    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
+        base = os.path.join(os.path.dirname(module.__file__), "extensions")
+        version_dir = os.path.join(base, max(os.listdir(base)))
+        con.execute(f"LOAD '{os.path.join(version_dir, name + '.duckdb_extension')}'")
+    return con
+
+
+def duckdb_rows(metadata_location: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:
+    """The table's rows as DuckDB's ``iceberg_scan`` of the metadata file sees them."""
+    con = duckdb_connection()
     try:
         con.execute("SET TimeZone = 'UTC'")
-        for module, name in (
-            (duckdb_extension_avro, "avro"),
-            (duckdb_extension_iceberg, "iceberg"),
-        ):
-            base = os.path.join(os.path.dirname(module.__file__), "extensions")
-            version_dir = os.path.join(base, max(os.listdir(base)))
-            con.execute(f"LOAD '{os.path.join(version_dir, name + '.duckdb_extension')}'")
         cols = ", ".join(f'"{c}"' for c in columns)
         path = metadata_location.removeprefix("file://").replace("'", "''")
-        return rows_of(
-            con.execute(f"SELECT {cols} FROM iceberg_scan('{path}')").to_arrow_table(), columns
-        )
+        scanned = con.execute(f"SELECT {cols} FROM iceberg_scan('{path}')").to_arrow_table()
+        return rows_of(scanned, columns)
     finally:
         con.close()

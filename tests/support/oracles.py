@@ -4,11 +4,13 @@ of tuples over the given columns, so tests compare them to the expected rows."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+
+# Only the extension loading is shared with the demo; the scan below is the oracle's own.
+from ingest.demo.verify import duckdb_connection
 
 
 def _sorted_rows(table: pa.Table, columns: Sequence[str]) -> list[tuple[Any, ...]]:
@@ -26,23 +28,6 @@ def pyiceberg_rows(metadata_location: str, columns: Sequence[str]) -> list[tuple
 
     table = StaticTable.from_metadata(metadata_location)
     return _sorted_rows(table.scan().to_arrow(), columns)
-
-
-def duckdb_connection() -> Any:
-    """A DuckDB connection with the iceberg and avro extensions loaded by path,
-    autoinstall and autoload off (no network)."""
-    import duckdb
-    import duckdb_extension_avro
-    import duckdb_extension_iceberg
-
-    con = duckdb.connect(
-        config={"autoinstall_known_extensions": False, "autoload_known_extensions": False}
-    )
-    for module, name in ((duckdb_extension_avro, "avro"), (duckdb_extension_iceberg, "iceberg")):
-        base = os.path.join(os.path.dirname(module.__file__), "extensions")
-        version_dir = os.path.join(base, max(os.listdir(base)))
-        con.execute(f"LOAD '{os.path.join(version_dir, name + '.duckdb_extension')}'")
-    return con
 
 
 def duckdb_rows(metadata_location: str, columns: Sequence[str]) -> list[tuple[Any, ...]]:

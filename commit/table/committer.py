@@ -155,14 +155,33 @@ def load_metadata(catalog: Catalog, io: FileIO, ident: TableIdent) -> tuple[str,
 
 
 def _has_landed(
-    base: TableMetadata, base_location: str, snapshot_id: int | None, attempted: list[str]
+    io: FileIO,
+    base: TableMetadata,
+    base_location: str,
+    snapshot_id: int | None,
+    attempted: dict[str, bytes],
 ) -> bool:
+    """Whether one of this commit's attempts is in ``base``: its snapshot id, or a
+    metadata file it wrote that is current or in the metadata log.
+
+    A location alone proves nothing: the filesystem catalog names versions
+    deterministically (``v<N+1>.metadata.json``), so a competitor that won the race
+    wrote the very location this attempt tried. Only the bytes this attempt wrote at
+    that location identify it."""
     if snapshot_id is not None and base.snapshot_by_id(snapshot_id) is not None:
         return True
-    if base_location in attempted:
-        return True
-    logged = {e.metadata_file for e in base.metadata_log}
-    return any(loc in logged for loc in attempted)
+    logged = {e.metadata_file for e in base.metadata_log} | {base_location}
+    for location, payload in attempted.items():
+        if location in logged and _holds(io, location, payload):
+            return True
+    return False
+
+
+def _holds(io: FileIO, location: str, payload: bytes) -> bool:
+    try:
+        return io.read(location) == payload
+    except CalvingError:
+        return False  # gone (or unreadable): not provably ours
 
 
 # ---------------------------------------------------------------- the loop
@@ -188,17 +207,18 @@ def commit_action(
     policy = RetryPolicy.from_properties(metadata.properties)
     snapshot_id = new_snapshot_id()
     commit_id = str(uuid.uuid4())
-    attempted: list[str] = []
+    attempted: dict[str, bytes] = {}  # metadata location -> the bytes this commit wrote
     started = time.monotonic()
     attempt = 0
     produces_snapshot = False
 
     while True:
         attempt += 1
-        if produces_snapshot and _has_landed(metadata, location, snapshot_id, attempted):
-            return Committed(metadata, location, snapshot_id, attempt, found_on_refresh=True)
-        if not produces_snapshot and location in attempted:
-            return Committed(metadata, location, None, attempt, found_on_refresh=True)
+        if attempted and _has_landed(
+            io, metadata, location, snapshot_id if produces_snapshot else None, attempted
+        ):
+            found = snapshot_id if produces_snapshot else None
+            return Committed(metadata, location, found, attempt, found_on_refresh=True)
         written: list[str] = []
         try:
             AssertTableUUID(table_uuid).check(metadata)
@@ -223,7 +243,7 @@ def commit_action(
             )
             payload = serialize_metadata(new_metadata)
             new_location = catalog.new_metadata_location(ident, location, new_metadata)
-            attempted.append(new_location)
+            attempted[new_location] = payload
             faults.hit("before-swap")
             catalog.commit_metadata(ident, location, new_location, payload)
             remember_metadata(new_location, new_metadata)
@@ -249,10 +269,10 @@ def commit_action(
             # Files stay: the swap may yet be visible. Only the catalog can tell.
             seen = _look_in_catalog(catalog, io, ident, sleep)
             if seen is None:
-                return Unknown(unknown, attempted[-1] if attempted else None)
+                return Unknown(unknown, _last(attempted))
             location, metadata = seen
             if _has_landed(
-                metadata, location, snapshot_id if produces_snapshot else None, attempted
+                io, metadata, location, snapshot_id if produces_snapshot else None, attempted
             ):
                 return Committed(
                     metadata,
@@ -262,7 +282,7 @@ def commit_action(
                     found_on_refresh=True,
                 )
             if attempt > policy.num_retries:
-                return Unknown(unknown, attempted[-1] if attempted else None)
+                return Unknown(unknown, _last(attempted))
             # Certainly absent now: retrying through check-and-put is safe even if the
             # lost swap were still in flight, because at most one swap from base wins
             # and a later refresh finds the snapshot id.
@@ -280,6 +300,10 @@ def commit_action(
         return Committed(
             new_metadata, new_location, snapshot_id if produces_snapshot else None, attempt
         )
+
+
+def _last(attempted: dict[str, bytes]) -> str | None:
+    return next(reversed(attempted), None)
 
 
 def _reload(catalog: Catalog, io: FileIO, ident: TableIdent) -> tuple[str, TableMetadata]:

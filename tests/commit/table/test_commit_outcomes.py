@@ -199,3 +199,27 @@ def test_schema_evolution_add_and_promote(sqlite_catalog):
         table.commit(UpdateSchema(promote=(("payload", LONG),)))
     reloaded = Table.load(sqlite_catalog, table.ident)
     assert reloaded.metadata.current_schema_id == 1
+
+
+@pytest.mark.parametrize("catalog_kind", ["filesystem", "sqlite"])
+def test_losing_the_race_for_the_same_version_name_is_not_taken_for_success(
+    catalog_kind, fs_catalog, sqlite_catalog
+):
+    """The filesystem catalog names versions v<N+1>: a writer whose base is stale tries
+    the exact location the winner created. That location in the log is not proof of
+    landing; the loser must refresh, retry, and land its own snapshot."""
+    catalog = fs_catalog if catalog_kind == "filesystem" else sqlite_catalog
+    table = make_table(catalog)
+    stale = (table.metadata_location, table.metadata)
+    winner = Table.load(catalog, table.ident)
+    assert isinstance(winner.commit(FastAppend(_files(winner, [row(1)]))), Committed)
+
+    outcome = commit_action(
+        catalog, table.ident, FastAppend(_files(table, [row(2)])), io=table.io, base=stale
+    )
+    assert isinstance(outcome, Committed)
+    assert not outcome.found_on_refresh and outcome.attempts == 2
+    table.refresh()
+    assert table.metadata.current_snapshot_id == outcome.snapshot_id
+    assert len(table.metadata.snapshots) == 2
+    assert pyiceberg_rows(table.metadata_location, COLUMNS) == rows_as_tuples([row(1), row(2)])

@@ -42,7 +42,7 @@ from commit.table.table import create_table
 from ingest.write.parquet_writer import write_data_file
 from tests.faults import stream
 from tests.faults.catalogs import IDENT, KINDS, CatalogSpec, make_spec
-from tests.faults.history import HistoryRecorder, attempts, read_history
+from tests.faults.history import HistoryRecorder, attempts, read_history, runs
 from tests.faults.invariants import CheckReport, Violation, check_table
 from tests.faults.mutations import MUTATION_ENV
 from tests.faults.writer import WriterConfig
@@ -347,10 +347,14 @@ def replay_scenario(kind: str, mutation: str = "") -> Callable[[Context], Scenar
         resplit = h.config(0, total, 7, start=0, label="resplit")
         h.run_all([(resplit, "", False)], mutation)
         events = read_history(h.history)
+        # Only the re-split run replays: the first run committed [0, first) legitimately.
+        resplit_runs = {ev.run for ev in runs(events) if ev.detail == "resplit"}
+        replays = 0
         for a in attempts(events):
             c = a.claim
-            if c is None or a.invoke.run == "harness":
+            if c is None or a.invoke.run not in resplit_runs:
                 continue
+            replays += c.end <= first
             if c.end <= first and a.status != "skip":
                 h.violations.append(
                     Violation(
@@ -359,6 +363,10 @@ def replay_scenario(kind: str, mutation: str = "") -> Callable[[Context], Scenar
                         f"ended {a.status}, not skip",
                     )
                 )
+        if replays < first // 7:
+            h.violations.append(
+                Violation("harness", f"expected {first // 7} replayed batches, saw {replays}")
+            )
         after_resplit = h.snapshot_ids()
         if after_resplit[: len(before)] != before:
             h.violations.append(Violation("replay", "the replay rewrote earlier history"))

@@ -1,0 +1,44 @@
+"""The fault scenarios CI runs: the quick subset of every family (crash points on each
+catalog, replays, lost replies, the concurrency matrix's small cells and one large one,
+and the deliberately broken builds, which the checker must catch)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.faults.scenarios import Context, Scenario, run_scenario, selected
+
+pytestmark = pytest.mark.integration
+
+QUICK = selected("quick")
+
+
+def _param(s: Scenario) -> object:
+    marks = [pytest.mark.slow] if s.slow else []
+    if "postgres" in s.needs:
+        marks.append(pytest.mark.postgres)
+    return pytest.param(s, id=s.name, marks=marks)
+
+
+@pytest.mark.parametrize("scenario", [_param(s) for s in QUICK])
+def test_scenario(scenario: Scenario, request: pytest.FixtureRequest, tmp_path) -> None:
+    pg_url = request.getfixturevalue("pg_url") if "postgres" in scenario.needs else None
+    result = run_scenario(scenario, Context(tmp_path, pg_url))
+    shown = "\n".join(str(v) for v in result.violations[:20])
+    if scenario.expect_violations:
+        # A broken build must be caught by the invariants, not by the harness falling over.
+        caught = [v for v in result.violations if v.invariant not in ("harness", "writer")]
+        assert caught, f"the broken build {scenario.name} went unnoticed:\n{shown}"
+    else:
+        assert result.violations == [], shown
+        assert result.lost == 0 and result.duplicated == 0
+        assert result.produced > 0 and result.runs > 0
+
+
+def test_every_family_and_crash_point_is_in_the_ci_subset() -> None:
+    from commit.faults import POINTS
+
+    families = {s.family for s in QUICK}
+    assert {"crash", "replay", "lost-reply", "concurrency", "broken"} <= families
+    crashed = {s.name.split("/")[1] for s in QUICK if s.family == "crash"}
+    assert crashed == set(POINTS) and len(POINTS) >= 7

@@ -3,8 +3,8 @@
 ``load_config(path)`` reads a file; ``parse_config(dict, source_name)`` checks a document
 built in code. Every wrong, unknown or missing key is a ``commit.errors.ConfigError``
 whose message names the dotted key and what was expected. Secrets are referenced as
-``${env:NAME}`` and never appear in ``repr`` or error messages. ``config/example.toml``
-documents every key.
+``${env:NAME}`` and never appear in ``repr`` or error messages. ``config/README.md`` lists
+every key; ``config/*.toml`` are examples users copy.
 
 Sections and their dataclasses:
 

@@ -67,6 +67,11 @@ class Section:
         #: Every key this section accepts (for unknown-key suggestions).
         self.known = tuple(known)
         self._used: set[str] = set()
+        # Refuse unknown keys first: a misspelt required key (``writer_idd`` without
+        # ``writer_id``) must be reported as the typo, not as "writer_id is required".
+        for name in data:
+            if name not in self.known:
+                self._unknown(name)
 
     # ------------------------------------------------------------ naming and errors
 
@@ -166,7 +171,8 @@ class Section:
         if isinstance(value, bool) or not isinstance(value, int):
             self.wrong(name, "an integer", value)
         if minimum is not None and value < minimum:
-            self.fail(name, f"must be at least {minimum}, got {value}")
+            shown = self.shown(self.key(name), value)
+            self.fail(name, f"must be at least {minimum}, got {shown}")
         return value
 
     def string_list(self, name: str, *, what: str = "a list of strings") -> tuple[str, ...] | None:
@@ -234,9 +240,11 @@ class Section:
         """Refuse keys nobody read: a typo must not silently fall back to a default."""
         for name in self.data:
             if name not in self._used:
-                hint = suggestion(name, self.known)
-                known = ", ".join(self.known)
-                raise ConfigError(
-                    f"{self.key(name)}: unknown key{hint}"
-                    + ("" if hint else f" (known keys here: {known})")
-                )
+                self._unknown(name)
+
+    def _unknown(self, name: str) -> NoReturn:
+        hint = suggestion(name, self.known)
+        known = ", ".join(self.known)
+        raise ConfigError(
+            f"{self.key(name)}: unknown key{hint}" + ("" if hint else f" (known keys here: {known})")
+        )

@@ -28,7 +28,7 @@ _INTERVAL = re.compile(
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SinkConfig:
     #: The exactly-once ledger identity (``calving.ledger.<writer_id>``): stable across
     #: restarts and unique per pipeline writing the table.
@@ -46,6 +46,10 @@ class SinkConfig:
     index_save_every: int = 20
     #: Add optional columns for unknown JSON fields of a single scalar kind.
     evolve_schema: bool = True
+    env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
+
+    def __repr__(self) -> str:
+        return masked_repr(self)
 
     @property
     def trigger_seconds(self) -> float:
@@ -86,7 +90,8 @@ def _interval_factor(unit: str) -> float:
 def parse_sink(s: Section, table_name: str) -> SinkConfig:
     writer_id = s.required_string("writer_id", what="a stable name for this pipeline")
     if any(c.isspace() for c in writer_id):
-        s.fail("writer_id", f"must not contain spaces, got {writer_id!r}")
+        shown = s.shown(s.key("writer_id"), writer_id)
+        s.fail("writer_id", f"must not contain spaces, got {shown}")
     checkpoint = s.ctx.resolve_path(
         s.required_string("checkpoint", what="a directory or URI for Spark's checkpoint")
     )
@@ -96,7 +101,7 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         s.fail(
             "trigger_interval",
             f'expected a duration such as "500 milliseconds", "5 seconds" or "1 minute", '
-            f"got {interval!r}",
+            f"got {s.shown(s.key('trigger_interval'), interval)}",
         )
     dead_table = s.string("dead_letter_table", what='a table name ("namespace.table" or "table")')
     if dead_table is not None:
@@ -106,7 +111,8 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         try:
             check_ident(tuple(dead_table.split(".")))
         except CalvingError:
-            s.fail("dead_letter_table", f'expected "namespace.table", got {dead_table!r}')
+            shown = s.shown(s.key("dead_letter_table"), dead_table)
+            s.fail("dead_letter_table", f'expected "namespace.table", got {shown}')
         if dead_table == table_name:
             s.fail("dead_letter_table", "must differ from table.name")
     config = SinkConfig(
@@ -118,6 +124,7 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         key_partitions=s.integer("key_partitions", minimum=1),
         index_save_every=s.integer("index_save_every", 20, minimum=1) or 20,
         evolve_schema=s.boolean("evolve_schema", True),
+        env_keys=s.env_names(),
     )
     s.finish()
     return config

@@ -102,9 +102,24 @@ def masked_repr(obj: Any) -> str:
                     for k, v in value.items()
                 }
             )
+        elif isinstance(value, (tuple, list)) and any(
+            k.startswith(f"{f.name}[") for k in env_keys
+        ):
+            # Entries from ${env:...} (``topics[1]``, ``columns[0].doc``) are masked whole.
+            shown = repr(
+                type(value)(
+                    MASK if any(_within(k, f"{f.name}[{i}]") for k in env_keys) else v
+                    for i, v in enumerate(value)
+                )
+            )
         elif isinstance(value, str) and "://" in value:
             shown = repr(mask_url_password(value))
         else:
             shown = repr(value)
         parts.append(f"{f.name}={shown}")
     return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+def _within(key: str, entry: str) -> bool:
+    """``key`` is ``entry`` or one of its sub-keys (``columns[0].doc`` in ``columns[0]``)."""
+    return key == entry or key.startswith(entry + ".")

@@ -174,7 +174,8 @@ def parse_table(s: Section) -> TableConfig:
     catalog = _catalog_uri(s)
     warehouse = s.string("warehouse", what="a directory or URI such as s3://bucket/warehouse")
     if warehouse is not None:
-        warehouse = to_uri(s.ctx.resolve_path(warehouse)).rstrip("/")
+        location = s.ctx.resolve_path(warehouse)
+        warehouse = _location_uri(s, "warehouse", location, "a directory or a valid URI")
     if catalog.startswith("file:"):
         if warehouse is not None and warehouse != catalog.rstrip("/"):
             s.fail("warehouse", "differs from the filesystem catalog's path; omit it")
@@ -186,7 +187,7 @@ def parse_table(s: Section) -> TableConfig:
     try:
         check_ident(tuple(name.split(".")))
     except CalvingError:
-        s.fail("name", f'expected "namespace.table", got {name!r}')
+        s.fail("name", f'expected "namespace.table", got {s.shown(s.key("name"), name)}')
 
     declared = [_column(c) for c in s.table_list("columns", COLUMN_KEYS)]
     infer = s.boolean("infer_schema", False)
@@ -249,7 +250,7 @@ def _catalog_uri(s: Section) -> str:
     if uri.startswith("file:") or "://" not in uri:
         if "://" not in uri and not uri.startswith("file:"):
             s.fail("catalog", f"expected a URI such as {what}, got {s.shown(s.key('catalog'), uri)}")
-        return to_uri(uri).rstrip("/")
+        return _location_uri(s, "catalog", uri, "an absolute file:/// URI")
     try:
         url = make_url(uri)
     except ArgumentError:
@@ -265,6 +266,15 @@ def _catalog_uri(s: Section) -> str:
     if backend != "postgresql":
         s.fail("catalog", f"catalog backend {backend!r} is not supported; expected {what}")
     return uri
+
+
+def _location_uri(s: Section, name: str, location: str, what: str) -> str:
+    """``to_uri`` with its refusals (``file:relative``, a remote ``file://host/``) as a
+    ``ConfigError`` naming the key."""
+    try:
+        return to_uri(location).rstrip("/")
+    except (CalvingError, ValueError):  # ValueError: urlparse's, e.g. "s3://[bucket"
+        s.fail(name, f"expected {what}, got {s.shown(s.key(name), location)}")
 
 
 def _column(c: Section) -> tuple[ColumnConfig, bool]:

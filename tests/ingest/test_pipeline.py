@@ -65,7 +65,7 @@ def test_avro_with_dead_letters_to_a_table_and_a_topic(spark, broker, make_topic
                 "bootstrap_servers": broker.bootstrap_servers,
                 "topics": [topic],
                 "max_offsets_per_trigger": 120,
-            },  # fmt: skip
+            },
             "format": {"type": "avro", "schema_dir": str(schemas)},
             "table": {
                 "catalog": f"sqlite:///{tmp_path}/catalog.db",

@@ -23,7 +23,7 @@ COLUMNS = (
     {"name": "version", "type": "long", "doc": "the change event's sequence in the demo"},
     {"name": "updated_at", "type": "timestamptz"},
 )
-COLUMN_NAMES = tuple(c["name"] for c in COLUMNS)
+COLUMN_NAMES: tuple[str, ...] = tuple(str(c["name"]) for c in COLUMNS)
 STATUSES = ("new", "paid", "packed", "shipped", "delivered", "returned")
 _EPOCH = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
 

@@ -44,6 +44,7 @@ from commit.spec.types import (
     PrimitiveType,
     StructType,
     can_promote,
+    same_shape,
 )
 from commit.table.actions.update_properties import UpdateProperties
 from commit.table.actions.update_schema import AddColumn, UpdateSchema
@@ -182,22 +183,6 @@ def _evolve(table: Table, columns: Sequence[_Column]) -> None:
             )
     if add or promote:
         table.commit_or_raise(UpdateSchema(add=tuple(add), promote=tuple(promote)))
-
-
-def same_shape(a: IcebergType, b: IcebergType) -> bool:
-    """Equal types, ignoring field ids and nested requiredness."""
-    if isinstance(a, PrimitiveType) or isinstance(b, PrimitiveType):
-        return a == b
-    if isinstance(a, StructType) and isinstance(b, StructType):
-        return len(a.fields) == len(b.fields) and all(
-            x.name == y.name and same_shape(x.field_type, y.field_type)
-            for x, y in zip(a.fields, b.fields)
-        )
-    if isinstance(a, ListType) and isinstance(b, ListType):
-        return same_shape(a.element_type, b.element_type)
-    if isinstance(a, MapType) and isinstance(b, MapType):
-        return same_shape(a.key_type, b.key_type) and same_shape(a.value_type, b.value_type)
-    return False
 
 
 # ---------------------------------------------------------------- schemas of new tables

@@ -256,6 +256,22 @@ def type_from_json(obj: Any) -> IcebergType:
     raise SchemaError(f"unknown nested type {kind!r}")
 
 
+def same_shape(a: IcebergType, b: IcebergType) -> bool:
+    """Equal types, ignoring field ids and the requiredness of nested fields."""
+    if isinstance(a, PrimitiveType) or isinstance(b, PrimitiveType):
+        return a == b
+    if isinstance(a, StructType) and isinstance(b, StructType):
+        return len(a.fields) == len(b.fields) and all(
+            x.name == y.name and same_shape(x.field_type, y.field_type)
+            for x, y in zip(a.fields, b.fields)
+        )
+    if isinstance(a, ListType) and isinstance(b, ListType):
+        return same_shape(a.element_type, b.element_type)
+    if isinstance(a, MapType) and isinstance(b, MapType):
+        return same_shape(a.key_type, b.key_type) and same_shape(a.value_type, b.value_type)
+    return False
+
+
 def can_promote(old: IcebergType, new: IcebergType) -> bool:
     """Type promotions a schema update may make (spec: schema evolution)."""
     if old == new:

@@ -17,6 +17,7 @@ from commit.spec.types import (
     PrimitiveType,
     StructType,
     can_promote,
+    same_shape,
 )
 from commit.table.actions.base import MetadataUpdates, NoChange, Plan
 from commit.table.updates import AddSchema, AssertCurrentSchemaId, SetCurrentSchema
@@ -42,7 +43,7 @@ class UpdateSchema:
         for col in self.add:
             existing = schema.find_field_by_name(col.name)
             if existing is not None:
-                if _same_shape(existing.field_type, col.field_type):
+                if same_shape(existing.field_type, col.field_type):
                     continue  # added already (e.g. by a concurrent writer)
                 raise SchemaError(
                     f"column {col.name!r} exists as {existing.field_type}, cannot add it as "
@@ -110,19 +111,3 @@ def _assign_ids(t: IcebergType, last_id: int) -> tuple[IcebergType, int]:
         vtype, last_id = _assign_ids(t.value_type, last_id)
         return MapType(kid, ktype, vid, vtype, t.value_required), last_id
     return t, last_id
-
-
-def _same_shape(a: IcebergType, b: IcebergType) -> bool:
-    """Equal types ignoring field ids."""
-    if isinstance(a, PrimitiveType) or isinstance(b, PrimitiveType):
-        return a == b
-    if isinstance(a, StructType) and isinstance(b, StructType):
-        return len(a.fields) == len(b.fields) and all(
-            x.name == y.name and _same_shape(x.field_type, y.field_type)
-            for x, y in zip(a.fields, b.fields)
-        )
-    if isinstance(a, ListType) and isinstance(b, ListType):
-        return _same_shape(a.element_type, b.element_type)
-    if isinstance(a, MapType) and isinstance(b, MapType):
-        return _same_shape(a.key_type, b.key_type) and _same_shape(a.value_type, b.value_type)
-    return False

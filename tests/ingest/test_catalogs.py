@@ -126,7 +126,7 @@ def _sample(values, keys=None):
             "key": pa.array(keys or [None] * len(values), pa.binary()),
             "value": pa.array(
                 [json.dumps(v).encode() if v is not None else None for v in values], pa.binary()
-            ),  # fmt: skip
+            ),
         }
     )
 

@@ -46,9 +46,15 @@ class TaskPlan:
     ledger: Mapping[tuple[str, int], int] = field(default_factory=dict)
     file_prefix: str = "calving"
     dead_letters: DeadLetterTarget = field(default_factory=DeadLetterTarget)
+    #: The driver's FileIO properties (``s3.endpoint``, credentials ...): executors must
+    #: write where the table lives. Kept out of ``repr`` (it may hold secrets).
+    io_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def metadata(self) -> TableMetadata:
         return parse_metadata(self.metadata_json, self.metadata_location)
+
+    def file_io(self) -> FileIO:
+        return FileIO(self.io_properties)
 
     def writer(self, io: FileIO) -> TaskWriter:
         m = self.metadata()
@@ -109,7 +115,7 @@ def decode_and_write_append(plan: TaskPlan) -> TaskFunction:
     """Append tables: decode and write in one pass."""
 
     def run(batches: Batches) -> Batches:
-        io = FileIO()
+        io = plan.file_io()
         writer = plan.writer(io)
         decoding = _Decoding(plan)
         for rb in batches:
@@ -127,7 +133,7 @@ def decode_for_keyed(plan: TaskPlan, stage_schema: pa.Schema) -> TaskFunction:
     column holds them, so that stage 2 forwards them to the driver."""
 
     def run(batches: Batches) -> Batches:
-        io = FileIO()
+        io = plan.file_io()
         decoding = _Decoding(plan)
         for rb in batches:
             rows = decoding.decode(rb)
@@ -172,7 +178,7 @@ def _write_last_events(plan: TaskPlan, data: pa.Table) -> list[dict[str, Any]]:
     data = data.take(np.sort(last.column("_seq_max").to_numpy()))  # _seq: the row index
     upserts = data.filter(pc.equal(data.column("_op"), OP_UPSERT))
     deletes = data.filter(pc.equal(data.column("_op"), OP_DELETE))
-    io = FileIO()
+    io = plan.file_io()
     writer = plan.writer(io)
     writer.write(upserts.drop_columns([*META_COLUMNS, "_seq"]))
     messages = [data_file_message(w.data_file, w.keys) for w in writer.close()]

@@ -138,6 +138,7 @@ class CalvingSink:
             decoder=self.decoder(),
             ledger=ledger,
             file_prefix=f"{self.writer_id}-b{batch_id}",
+            io_properties=table.io.properties,
             dead_letters=DeadLetterTarget(
                 table_metadata_json=serialize_metadata(dlq.metadata) if dlq else None,
                 table_metadata_location=dlq.metadata_location if dlq else None,

@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Run one calving pipeline with spark-submit (client deploy mode by default).
+#
+# Usage:
+#   deploy/spark-submit.sh CONFIG.toml [--available-now]
+#   deploy/spark-submit.sh [spark-submit options ...] -- CONFIG.toml [--available-now]
+#
+#   e.g. deploy/spark-submit.sh --master spark://m1:7077 --conf spark.executor.memory=4g \
+#          -- config/orders.toml
+#
+# What it does:
+#   1. zips the project's Python packages (commit/, ingest/) into
+#      $CALVING_BUILD_DIR/calving-<version>-pyfiles.zip. A zip rather than a wheel: PySpark
+#      puts --py-files on the executors' sys.path only for .zip/.egg/.jar names
+#      (SparkContext.PACKAGE_EXTENSIONS), not .whl.
+#   2. runs $SPARK_HOME/bin/spark-submit --py-files that zip deploy/calving_app.py, which is
+#      `calving run CONFIG.toml [--available-now]` inside the spark-submit driver.
+#
+# The zip carries calving's own code only (it wins over an installed calving on sys.path).
+# Its dependencies (pyarrow, fastavro, pyroaring, confluent-kafka, pandas, psycopg, ...)
+# must already be installed in the interpreters named below, on the driver host and on
+# every worker host: pip install '.[ingest,postgres]' (or the wheel) there.
+#
+# Client mode: the calving coordinator runs inside this driver process, so this command is
+# the long-lived process of the pipeline. Supervise it (systemd, a container restart
+# policy) and restart it with the same CONFIG (same writer_id and checkpoint). Spark
+# refuses cluster deploy mode for Python applications on standalone masters; on YARN or
+# Kubernetes, CALVING_DEPLOY_MODE=cluster works if the driver is restarted the same way
+# and CONFIG is a path that exists where the driver runs (this script does not ship it).
+#
+# Environment (all optional):
+#   PYTHON                 interpreter that builds the zip and, by default, runs the driver
+#                          and the executors' Python workers (default: python3)
+#   SPARK_HOME             default: the directory of $PYTHON's pip-installed pyspark
+#   SPARK_MASTER_URL       added as --master unless the options contain --master; without
+#                          either, spark-submit uses spark-defaults.conf or local[*]
+#   PYSPARK_PYTHON         interpreter path ON THE WORKERS (spark.pyspark.python; default:
+#                          the absolute path of $PYTHON, which must then exist on every worker)
+#   PYSPARK_DRIVER_PYTHON  driver interpreter (spark.pyspark.driver.python; default: as above)
+#   CALVING_DEPLOY_MODE    client (default) or cluster; ignored if the options give --deploy-mode
+#   CALVING_BUILD_DIR      where the zip is written (default: <repo>/build/deploy)
+# Options given before `--` go to spark-submit after these defaults, so a --conf given
+# there wins. An extra --py-files value is merged with the calving zip.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$here/.." && pwd)
+PYTHON=${PYTHON:-python3}
+
+# ---------------------------------------------------------------- arguments
+spark_args=()
+app_args=()
+seen_separator=0
+for arg in "$@"; do
+  if [ "$seen_separator" -eq 0 ] && [ "$arg" = "--" ]; then
+    seen_separator=1
+  elif [ "$seen_separator" -eq 1 ]; then
+    app_args+=("$arg")
+  else
+    spark_args+=("$arg")
+  fi
+done
+if [ "$seen_separator" -eq 0 ]; then
+  # No `--`: every argument is calving's.
+  app_args=("$@")
+  spark_args=()
+fi
+if [ "${#app_args[@]}" -eq 0 ]; then
+  echo "usage: $0 [spark-submit options ... --] CONFIG.toml [--available-now]" >&2
+  exit 2
+fi
+
+# Pull --master, --deploy-mode and --py-files out of the spark-submit options.
+master=${SPARK_MASTER_URL:-}
+master_given=0
+deploy_mode=${CALVING_DEPLOY_MODE:-client}
+extra_py_files=""
+rest=()
+i=0
+while [ "$i" -lt "${#spark_args[@]}" ]; do
+  arg=${spark_args[$i]}
+  case "$arg" in
+    --master | --deploy-mode | --py-files)
+      if [ $((i + 1)) -ge "${#spark_args[@]}" ]; then
+        echo "error: $arg needs a value" >&2
+        exit 2
+      fi
+      value=${spark_args[$((i + 1))]}
+      i=$((i + 2))
+      ;;
+    --master=* | --deploy-mode=* | --py-files=*)
+      value=${arg#*=}
+      arg=${arg%%=*}
+      i=$((i + 1))
+      ;;
+    *)
+      rest+=("$arg")
+      i=$((i + 1))
+      continue
+      ;;
+  esac
+  case "$arg" in
+    --master) master=$value; master_given=1 ;;
+    --deploy-mode) deploy_mode=$value ;;
+    --py-files) extra_py_files=$value ;;
+  esac
+done
+
+case "$deploy_mode" in
+  client) ;;
+  cluster)
+    if [[ $master == spark://* ]]; then
+      echo "error: Spark does not run Python applications in cluster deploy mode on a" \
+        "standalone master ($master); use client mode (the default)" >&2
+      exit 2
+    fi
+    ;;
+  *)
+    echo "error: deploy mode must be client or cluster, got '$deploy_mode'" >&2
+    exit 2
+    ;;
+esac
+config=${app_args[0]}
+if [ "$deploy_mode" = client ] && [ ! -f "$config" ]; then
+  echo "error: config file '$config' not found (the driver runs here and reads it)" >&2
+  exit 2
+fi
+
+# ---------------------------------------------------------------- Spark and Python
+python_path=$("$PYTHON" -c 'import sys; print(sys.executable)')
+if [ -z "${SPARK_HOME:-}" ]; then
+  if ! SPARK_HOME=$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'); then
+    echo "error: cannot import pyspark with $PYTHON; pip install '.[ingest,postgres]' or set SPARK_HOME" >&2
+    exit 1
+  fi
+fi
+export SPARK_HOME
+if [ ! -x "$SPARK_HOME/bin/spark-submit" ]; then
+  echo "error: $SPARK_HOME/bin/spark-submit not found or not executable" >&2
+  exit 1
+fi
+executor_python=${PYSPARK_PYTHON:-$python_path}
+driver_python=${PYSPARK_DRIVER_PYTHON:-$python_path}
+
+# ---------------------------------------------------------------- the zip
+build_dir=${CALVING_BUILD_DIR:-$repo/build/deploy}
+mkdir -p "$build_dir"
+zip_path=$("$PYTHON" - "$repo" "$build_dir" <<'PY'
+import pathlib
+import re
+import sys
+import zipfile
+
+repo, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+text = (repo / "pyproject.toml").read_text(encoding="utf-8")
+version = re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
+target = out / f"calving-{version}-pyfiles.zip"
+partial = out / (target.name + ".partial")
+count = 0
+with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
+    for package in ("commit", "ingest"):
+        for path in sorted((repo / package).rglob("*.py")):
+            if "__pycache__" not in path.parts:
+                z.write(path, path.relative_to(repo).as_posix())
+                count += 1
+if count == 0:
+    sys.exit(f"no Python files found under {repo}/commit and {repo}/ingest")
+partial.replace(target)
+print(target)
+PY
+)
+py_files=$zip_path
+if [ -n "$extra_py_files" ]; then py_files="$py_files,$extra_py_files"; fi
+
+# ---------------------------------------------------------------- submit
+submit=(--deploy-mode "$deploy_mode")
+if [ -n "$master" ]; then
+  submit+=(--master "$master")
+elif [ "$master_given" -eq 0 ]; then
+  echo "note: no --master and no SPARK_MASTER_URL: spark-submit uses spark.master from" \
+    "spark-defaults.conf, else local[*]" >&2
+fi
+submit+=(
+  --conf "spark.pyspark.python=$executor_python"
+  --conf "spark.pyspark.driver.python=$driver_python"
+  ${rest[@]+"${rest[@]}"}
+  --py-files "$py_files"
+  "$here/calving_app.py"
+  "${app_args[@]}"
+)
+echo "+ $SPARK_HOME/bin/spark-submit ${submit[*]}" >&2
+exec "$SPARK_HOME/bin/spark-submit" "${submit[@]}"

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Start a Spark standalone master from the pip-installed PySpark.
+#
+# pip's pyspark ships sbin/spark-daemon.sh and bin/spark-class but not Spark's
+# sbin/start-master.sh; this script does what start-master.sh does.
+#
+# Usage: deploy/standalone/start-master.sh [extra Master arguments, e.g. --properties-file F]
+#
+# Environment (all optional):
+#   SPARK_MASTER_HOST        host name or IP the master binds to and advertises in its URL
+#                            spark://HOST:PORT. Workers, drivers and executors must be able
+#                            to resolve and reach it (default: `hostname -f`).
+#   SPARK_MASTER_PORT        RPC port (default: 7077)
+#   SPARK_MASTER_WEBUI_PORT  web UI port (default: 8080)
+#   SPARK_MASTER_OPTS        -D options for the master JVM, e.g. ZooKeeper recovery:
+#                            "-Dspark.deploy.recoveryMode=ZOOKEEPER -Dspark.deploy.zookeeper.url=zk:2181"
+#   SPARK_DAEMON_MEMORY      master JVM heap (Spark's default: 1g)
+#   SPARK_NO_DAEMONIZE       set to anything to run in the foreground (containers, systemd)
+#   PYTHON, SPARK_HOME, CALVING_SPARK_DIR, SPARK_LOG_DIR, SPARK_PID_DIR: see common.sh
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=common.sh
+. "$here/common.sh"
+calving_spark_env
+
+SPARK_MASTER_HOST=${SPARK_MASTER_HOST:-$(calving_default_host)}
+SPARK_MASTER_PORT=${SPARK_MASTER_PORT:-7077}
+SPARK_MASTER_WEBUI_PORT=${SPARK_MASTER_WEBUI_PORT:-8080}
+
+echo "spark master: spark://$SPARK_MASTER_HOST:$SPARK_MASTER_PORT (web UI port $SPARK_MASTER_WEBUI_PORT), SPARK_HOME=$SPARK_HOME" >&2
+calving_launch org.apache.spark.deploy.master.Master 1 \
+  --host "$SPARK_MASTER_HOST" \
+  --port "$SPARK_MASTER_PORT" \
+  --webui-port "$SPARK_MASTER_WEBUI_PORT" \
+  "$@"

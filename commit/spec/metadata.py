@@ -111,10 +111,13 @@ class TableMetadata:
         return self.snapshot_by_id(self.current_snapshot_id)
 
     def snapshot_by_id(self, snapshot_id: int) -> Snapshot | None:
-        for s in self.snapshots:
-            if s.snapshot_id == snapshot_id:
-                return s
-        return None
+        # Indexed once per (immutable) metadata object: commits look snapshots up by id
+        # several times, and a linear scan grows with history.
+        index = self.__dict__.get("_snapshot_index")
+        if index is None:
+            index = {s.snapshot_id: s for s in self.snapshots}
+            object.__setattr__(self, "_snapshot_index", index)
+        return index.get(snapshot_id)
 
     def ancestors(self, snapshot_id: int | None = None) -> list[Snapshot]:
         """The current snapshot (or the one given) and its parents, newest first,
@@ -185,15 +188,11 @@ def serialize_metadata(m: TableMetadata) -> bytes:
         if key == "snapshots":
             text = "[" + ",".join(s.to_json_text() for s in m.snapshots) + "]"
         elif key == "snapshot-log":
-            text = "[" + ",".join(_log_entry_text(e) for e in m.snapshot_log) + "]"
+            text = "[" + ",".join(e.to_json_text() for e in m.snapshot_log) + "]"
         else:
             text = _dumps(value)
         parts.append(f"{_dumps(key)}:{text}")
     return ("{" + ",".join(parts) + "}").encode("utf-8")
-
-
-def _log_entry_text(e: SnapshotLogEntry) -> str:
-    return f'{{"timestamp-ms":{int(e.timestamp_ms)},"snapshot-id":{int(e.snapshot_id)}}}'
 
 
 # ---------------------------------------------------------------- reading

@@ -117,6 +117,17 @@ class SnapshotLogEntry:
     def to_json(self) -> dict[str, Any]:
         return {"timestamp-ms": self.timestamp_ms, "snapshot-id": self.snapshot_id}
 
+    def to_json_text(self) -> str:
+        """Compact JSON text, made once per entry object (the log is rewritten whole by
+        every commit, its entries are reused)."""
+        text = self.__dict__.get("_json_text")
+        if text is None:
+            text = (
+                f'{{"timestamp-ms":{int(self.timestamp_ms)},"snapshot-id":{int(self.snapshot_id)}}}'
+            )
+            object.__setattr__(self, "_json_text", text)
+        return text
+
 
 @dataclass(frozen=True)
 class MetadataLogEntry:

@@ -10,6 +10,9 @@ twice: probing keys that are already Python objects (its best case) and includin
 Arrow -> Python conversion a streaming writer would pay.
 
     python -m tests.bench.index_bench [--full] [--keys N] [--kinds long,string,composite]
+
+``figures(quick)`` returns the same measurements to the suite (``python -m tests.bench``):
+1M keys of each kind (quick), 1M and 10M (full); goals <= 40 bytes/key, >= 1M lookups/s.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ import pyarrow as pa
 
 from commit.index.pk_index import PrimaryKeyIndex
 from commit.spec.types import LONG, STRING, PrimitiveType
+from tests.bench.figures import Figure, at_least, at_most
 
 FILE_ROWS = 100_000
 BATCH = 100_000
+GOAL_BYTES_PER_KEY = 40.0
+GOAL_LOOKUPS_PER_S = 1_000_000.0
 
 
 def _long_keys(rng: np.random.Generator, n: int) -> pa.Table:
@@ -120,6 +126,50 @@ def bench_kind(kind: str, n: int, seed: int = 7) -> dict[str, float]:
         "dict_rate": dict_rate,
         "dict_rate_arrow": dict_rate_arrow,
     }
+
+
+def _keys_label(n: int) -> str:
+    if n % 1_000_000 == 0:
+        return f"{n // 1_000_000}M"
+    return f"{n // 1_000}k" if n % 1_000 == 0 else str(n)
+
+
+def figures(
+    quick: bool, sizes: list[int] | None = None, kinds: list[str] | None = None
+) -> list[Figure]:
+    """Bytes per key and lookups per second of each key kind, against a dict."""
+    sizes = sizes or ([1_000_000] if quick else [1_000_000, 10_000_000])
+    out: list[Figure] = []
+    for n in sizes:
+        for kind in kinds or list(KINDS):
+            r = bench_kind(kind, n)
+            label = f"{kind} keys @{_keys_label(n)}"
+            out.append(
+                Figure(
+                    "index",
+                    f"resident bytes/key, {label}",
+                    r["index_bytes"],
+                    "Python dict -> (file, pos)",
+                    r["dict_bytes"],
+                    goal=f"<= {GOAL_BYTES_PER_KEY:.0f} B/key",
+                    met=at_most(r["index_bytes"], GOAL_BYTES_PER_KEY),
+                )
+            )
+            out.append(
+                Figure(
+                    "index",
+                    f"lookups/s, {label}",
+                    r["index_rate"],
+                    "dict.get + Arrow->Python",
+                    r["dict_rate_arrow"],
+                    better="higher",
+                    goal=">= 1M/s",
+                    met=at_least(r["index_rate"], GOAL_LOOKUPS_PER_S),
+                    note=f"dict.get alone (keys already Python objects): "
+                    f"{r['dict_rate']:,.0f}/s; index built in {r['build_s']:.2f} s",
+                )
+            )
+    return out
 
 
 def main() -> None:

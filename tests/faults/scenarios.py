@@ -488,3 +488,6 @@ register(
         expect_violations=True,
     )
 )
+
+# Streaming families (Spark drivers against the embedded broker) register themselves.
+from tests.faults import streaming  # noqa: F401

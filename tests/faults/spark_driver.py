@@ -181,11 +181,8 @@ def _record_commits(table: Any, recorder: Any) -> None:
 
 def run(cfg: DriverConfig) -> int:
     os.environ.pop("CALVING_FAULTS", None)  # armed below, in this process only
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     from pyspark.errors import StreamingQueryException
-    from pyspark.sql import SparkSession
 
     from commit import faults
     from commit.table.ledger import read_ledger
@@ -198,19 +195,9 @@ def run(cfg: DriverConfig) -> int:
     from tests.faults import mutations
     from tests.faults.catalogs import IDENT, CatalogSpec
     from tests.faults.history import HistoryRecorder
+    from tests.support.spark import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName(f"calving-faults-{cfg.label or cfg.writer}")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session(f"calving-faults-{cfg.label or cfg.writer}")
     spark.dataSource.register(KafkaSource)
     _log_phase("spark up")
     if cfg.go_file or cfg.warmup:

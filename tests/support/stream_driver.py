@@ -12,7 +12,6 @@ the test can kill it mid-stream.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 from commit.catalog.base import parse_ident
@@ -33,21 +32,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--available-now", action="store_true")
     args = p.parse_args(argv)
 
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
-
+    from tests.support.spark import local_session
     from tests.support.streams import kafka_stream
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("calving-stream-driver")
     catalog = SqlCatalog("calving", args.catalog, args.warehouse)
     table = Table.load(catalog, parse_ident(args.table))
     decoder = DebeziumDecoder if args.format == "debezium" else JsonValueDecoder

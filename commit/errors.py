@@ -80,6 +80,11 @@ class ConfigError(Terminal):
     """A configuration key is missing, unknown or has the wrong type; names the key."""
 
 
+class InvalidTablePropertyError(ConfigError, Cleanable):
+    """A table property calving reads has a value it cannot use; names the property.
+    Raised while building an attempt, before the swap, so the attempt's files may go."""
+
+
 # ---------------------------------------------------------------- catalog
 
 

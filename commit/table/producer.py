@@ -4,7 +4,9 @@ For each attempt the producer:
 * carries the base snapshot's manifests over unchanged (fast append), rewriting
   only those that lose an entry (a removed data file or a replaced DV);
 * unions requested deletes with each file's current DV and writes the new DVs
-  into one Puffin file, marking replaced DV entries DELETED (one DV per file);
+  into Puffin files of ``calving.dv.blobs-per-puffin`` blobs each (1 by default, see
+  ``DEFAULT_DV_BLOBS_PER_PUFFIN``), marking replaced DV entries DELETED (one DV per
+  data file);
 * merges small manifests once there are more than
   ``commit.manifest.min-count-to-merge`` of one kind;
 * writes the manifest list with v3 row-lineage ids and returns the updates.
@@ -20,12 +22,13 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from pyroaring import BitMap64
 
 from commit import faults
-from commit.errors import CommitConflictError
+from commit.errors import CommitConflictError, InvalidTablePropertyError
 from commit.io import FileIO
 from commit.spec.data_file import (
     DataFile,
@@ -48,7 +51,39 @@ from commit.table.changes import SnapshotChanges
 from commit.table.updates import AddSnapshot, SetMainRef, SetProperties, TableUpdate
 
 DEFAULT_MIN_COUNT_TO_MERGE = 100
+#: One DV per Puffin file by default: DuckDB's iceberg extension (1.5.5) with its
+#: external file cache on (its default) applies another blob's positions to a DV that
+#: follows a larger blob in the same Puffin file, so multi-blob files read back wrong
+#: there. Readers without that bug can take more per file (fewer, larger files).
+DV_BLOBS_PER_PUFFIN_PROPERTY = "calving.dv.blobs-per-puffin"
+DEFAULT_DV_BLOBS_PER_PUFFIN = 1
 DEFAULT_TARGET_MANIFEST_BYTES = 8 * 1024 * 1024
+
+
+def dv_blobs_per_puffin(properties: dict[str, str]) -> int:
+    """How many DV blobs one Puffin file holds (``calving.dv.blobs-per-puffin``)."""
+    raw = properties.get(DV_BLOBS_PER_PUFFIN_PROPERTY)
+    if raw is None:
+        return DEFAULT_DV_BLOBS_PER_PUFFIN
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidTablePropertyError(
+            f"table property {DV_BLOBS_PER_PUFFIN_PROPERTY}={raw!r}: want a whole number >= 1"
+        )
+    return value
+
+
+def _write_all(io: FileIO, files: Sequence[tuple[str, bytes]]) -> None:
+    """Write whole files, several at once when there are several (I/O-bound fsyncs)."""
+    if len(files) == 1:
+        io.write(*files[0])
+        return
+    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
+        for done in [pool.submit(io.write, location, data) for location, data in files]:
+            done.result()
 
 
 @dataclass
@@ -273,32 +308,42 @@ class SnapshotProducer:
     def _write_dvs(
         self, new_dvs: list[tuple[DataFile, BitMap64]], counters: _Counters
     ) -> list[ManifestFile]:
-        location = f"{self._data_dir}/{self.attempt}-{self.snapshot_id}-dv.puffin"
-        puffin, blobs = write_dv_puffin([(f.file_path, bm) for f, bm in new_dvs])
-        self.io.write(location, puffin)
-        self.written.append(location)
+        per_file = dv_blobs_per_puffin(self.base.properties)
+        groups = [new_dvs[i : i + per_file] for i in range(0, len(new_dvs), per_file)]
+        puffins = [
+            (
+                f"{self._data_dir}/{self.attempt}-{self.snapshot_id}-dv-{n:05d}.puffin",
+                *write_dv_puffin([(f.file_path, bm) for f, bm in group]),
+            )
+            for n, group in enumerate(groups)
+        ]
+        # Every Puffin file is written before any manifest names it; the files are
+        # independent, so their (fsynced) writes overlap.
+        self.written.extend(location for location, _, _ in puffins)
+        _write_all(self.io, [(location, data) for location, data, _ in puffins])
         faults.hit("after-puffin")
         by_spec: dict[int, list[ManifestEntry]] = {}
-        for (target, bitmap), blob in zip(new_dvs, blobs):
-            ref, offset, length, cardinality = blob
-            assert ref == target.file_path
-            dv = DataFile(
-                content=FileContent.POSITION_DELETES,
-                file_path=location,
-                file_format="PUFFIN",
-                partition=target.partition,
-                record_count=cardinality,
-                file_size_in_bytes=len(puffin),
-                referenced_data_file=target.file_path,
-                content_offset=offset,
-                content_size_in_bytes=length,
-                spec_id=target.spec_id,
-            )
-            counters.added_dv(dv)
-            by_spec.setdefault(target.spec_id, []).append(
-                ManifestEntry(EntryStatus.ADDED, self.snapshot_id, None, None, dv)
-            )
-        counters.added_files_size += len(puffin)
+        for group, (location, puffin, blobs) in zip(groups, puffins):
+            for (target, _), blob in zip(group, blobs):
+                ref, offset, length, cardinality = blob
+                assert ref == target.file_path
+                dv = DataFile(
+                    content=FileContent.POSITION_DELETES,
+                    file_path=location,
+                    file_format="PUFFIN",
+                    partition=target.partition,
+                    record_count=cardinality,
+                    file_size_in_bytes=len(puffin),
+                    referenced_data_file=target.file_path,
+                    content_offset=offset,
+                    content_size_in_bytes=length,
+                    spec_id=target.spec_id,
+                )
+                counters.added_dv(dv)
+                by_spec.setdefault(target.spec_id, []).append(
+                    ManifestEntry(EntryStatus.ADDED, self.snapshot_id, None, None, dv)
+                )
+            counters.added_files_size += len(puffin)
         return [
             self._write_manifest(entries, spec_id, ManifestContent.DELETES)
             for spec_id, entries in sorted(by_spec.items())

@@ -8,6 +8,7 @@ import pytest
 from pyroaring import BitMap64
 
 from commit.spec.data_file import FileContent
+from commit.spec.partition import UNPARTITIONED
 from commit.table.actions.fast_append import FastAppend
 from commit.table.actions.row_delta import RowDelta
 from commit.table.committer import Committed
@@ -66,3 +67,85 @@ def test_appends_and_row_deltas_read_back_identically(sqlite_catalog):
     for name, reader in ALL_READERS.items():
         got = reader(table.metadata_location, COLUMNS)
         assert got == expected, f"{name} disagrees"
+
+
+def _unpartitioned_files(table, sizes):
+    """One data file per size of ids counting up from 0; returns [(DataFile, ids)]."""
+    import numpy as np
+    import pyarrow as pa
+
+    from ingest.write.parquet_writer import write_data_file
+
+    out, start = [], 0
+    for n, size in enumerate(sizes):
+        ids = list(range(start, start + size))
+        start += size
+        data = pa.table(
+            {
+                "id": pa.array(np.array(ids), pa.int64()),
+                "region": pa.array(["eu"] * size),
+                "ts": pa.array(np.array(ids) * 1_000_000, pa.timestamp("us", tz="UTC")),
+                "payload": pa.array([f"p{i}" for i in ids]),
+            }
+        )
+        location = f"{table.metadata.location}/data/sized-{n:03d}.parquet"
+        out.append((write_data_file(table.io, location, data, table.metadata.schema), ids))
+    return out
+
+
+@pytest.mark.parametrize("blobs_per_puffin", [None, "1"])
+def test_large_dv_next_to_small_dv_reads_back_in_duckdb(sqlite_catalog, blobs_per_puffin):
+    """Regression: one RowDelta with a large DV (3,333 positions in 10k rows) and a small
+    one (2 positions) used to write both blobs into one Puffin file, which DuckDB's
+    iceberg extension (its external file cache on, the default) read back with the
+    small DV replaced by the large one's positions: rows came back and others vanished.
+    One DV per Puffin file (the default) reads back right in every reader."""
+    props = {} if blobs_per_puffin is None else {"calving.dv.blobs-per-puffin": blobs_per_puffin}
+    table = make_table(sqlite_catalog, "sized", spec=UNPARTITIONED, properties=props)
+    files = _unpartitioned_files(table, [10_000, 1_000])
+    assert isinstance(table.commit(FastAppend(tuple(f for f, _ in files))), Committed)
+    # ~6.7 kB of blob: larger than what follows it in a packed Puffin file (the small
+    # blob and the footer), the condition under which DuckDB misread the small one.
+    big = BitMap64(range(1, 10_000, 3))
+    small = BitMap64([623, 679])
+    deletes = {files[0][0].file_path: big, files[1][0].file_path: small}
+    assert isinstance(table.commit(RowDelta(deletes=deletes)), Committed)
+
+    gone = {files[0][1][p] for p in big} | {files[1][1][p] for p in small}
+    expected = sorted(i for _, ids in files for i in ids if i not in gone)
+    for name, reader in ALL_READERS.items():
+        got = [r[0] for r in reader(table.metadata_location, ["id"])]
+        assert got == expected, f"{name} disagrees"
+    live = table.live_files()
+    puffins = {live.dvs[f.file_path].data_file.file_path for f, _ in files}
+    assert len(puffins) == 2  # one Puffin file per DV
+
+
+def test_dv_blobs_per_puffin_packs_dvs_and_rejects_bad_values(sqlite_catalog):
+    """The property packs several DVs into one Puffin file (for readers without
+    DuckDB's cache bug) and a bad value fails the commit with a typed error."""
+    from commit.errors import InvalidTablePropertyError
+
+    table = make_table(
+        sqlite_catalog,
+        "packed",
+        spec=UNPARTITIONED,
+        properties={"calving.dv.blobs-per-puffin": "2"},
+    )
+    files = _unpartitioned_files(table, [100, 100, 100])
+    assert isinstance(table.commit(FastAppend(tuple(f for f, _ in files))), Committed)
+    deletes = {f.file_path: BitMap64([1, 2]) for f, _ in files}
+    assert isinstance(table.commit(RowDelta(deletes=deletes)), Committed)
+    puffins = [table.live_files().dvs[f.file_path].data_file.file_path for f, _ in files]
+    assert len(set(puffins)) == 2  # 2 + 1 blobs
+    expected = sorted(i for _, ids in files for i in ids if i % 100 not in (1, 2))
+    got = [r[0] for r in ALL_READERS["pyiceberg"](table.metadata_location, ["id"])]
+    assert got == expected
+
+    bad = make_table(
+        sqlite_catalog, "bad", spec=UNPARTITIONED, properties={"calving.dv.blobs-per-puffin": "0"}
+    )
+    bad_files = _unpartitioned_files(bad, [10])
+    assert isinstance(bad.commit(FastAppend(tuple(f for f, _ in bad_files))), Committed)
+    with pytest.raises(InvalidTablePropertyError, match="calving.dv.blobs-per-puffin"):
+        bad.commit(RowDelta(deletes={bad_files[0][0].file_path: BitMap64([1])}))

@@ -21,7 +21,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
@@ -60,7 +60,7 @@ DEFAULT_DV_BLOBS_PER_PUFFIN = 1
 DEFAULT_TARGET_MANIFEST_BYTES = 8 * 1024 * 1024
 
 
-def dv_blobs_per_puffin(properties: dict[str, str]) -> int:
+def dv_blobs_per_puffin(properties: Mapping[str, str]) -> int:
     """How many DV blobs one Puffin file holds (``calving.dv.blobs-per-puffin``)."""
     raw = properties.get(DV_BLOBS_PER_PUFFIN_PROPERTY)
     if raw is None:

@@ -22,8 +22,10 @@ import contextlib
 import errno
 import io
 import os
+import threading
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -279,6 +281,32 @@ class FileIO:
         with _mapped(location, "write"), fs.open_output_stream(path) as f:
             f.write(data)
 
+    def write_many(self, files: Sequence[tuple[str, bytes]]) -> None:
+        """Write several whole files, as ``write`` does, overlapping their writes (and
+        fsyncs) on a shared thread pool; locally each directory is fsynced once, after
+        all its files. Every file is durable when this returns; on an error some may
+        exist (callers name them in their written list beforehand)."""
+        if len(files) <= 1:
+            for location, data in files:
+                self.write(location, data)
+            return
+        if not all(self.resolve(location)[0] is self._local for location, _ in files):
+            _run_all(self.write, files)
+            return
+        paths = [(location, local_path(location), data) for location, data in files]
+        directories = sorted({os.path.dirname(path) for _, path, _ in paths})
+        for directory in directories:
+            os.makedirs(directory, exist_ok=True)
+
+        def write_one(location: str, path: str, data: bytes) -> None:
+            with _mapped(location, "write"):
+                self._write_fd(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), data)
+
+        _run_all(write_one, paths)
+        for directory in directories:
+            with _mapped(to_uri(directory), "sync"):
+                self._sync_dir(directory)
+
     def new_output_stream(self, location: str) -> OutputStream:
         """A binary sink for a streaming write (e.g. ``pyarrow.parquet.ParquetWriter``);
         the file is complete (and, locally, fsynced) once the stream is closed. Errors
@@ -368,6 +396,26 @@ class FileIO:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+_POOL_WORKERS = 8  # I/O-bound: fsyncs and object-store puts release the GIL
+
+
+def _run_all(fn: Any, calls: Sequence[tuple[Any, ...]]) -> None:
+    """``fn(*args)`` for every args tuple on the shared I/O pool; the first error raised
+    (after every call has finished) propagates."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(_POOL_WORKERS, thread_name_prefix="calving-io")
+        pool = _POOL
+    futures = [pool.submit(fn, *args) for args in calls]
+    errors = [f.exception() for f in futures]
+    for error in errors:
+        if error is not None:
+            raise error
 
 
 class _LocalOutputStream(io.BufferedWriter):

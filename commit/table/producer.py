@@ -22,7 +22,6 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from pyroaring import BitMap64
@@ -76,16 +75,6 @@ def dv_blobs_per_puffin(properties: Mapping[str, str]) -> int:
     return value
 
 
-def _write_all(io: FileIO, files: Sequence[tuple[str, bytes]]) -> None:
-    """Write whole files, several at once when there are several (I/O-bound fsyncs)."""
-    if len(files) == 1:
-        io.write(*files[0])
-        return
-    with ThreadPoolExecutor(max_workers=min(8, len(files))) as pool:
-        for done in [pool.submit(io.write, location, data) for location, data in files]:
-            done.result()
-
-
 @dataclass
 class ProducedSnapshot:
     snapshot: Snapshot
@@ -102,6 +91,7 @@ class SnapshotProducer:
         self.attempt = uuid.uuid4().hex[:12]
         self.written: list[str] = []
         self._manifest_counter = 0
+        self._pending_manifests: list[tuple[str, bytes]] = []
         self._metadata_dir = base.location.rstrip("/") + "/metadata"
         self._data_dir = base.properties.get("write.data.path", base.location.rstrip("/") + "/data")
 
@@ -183,8 +173,10 @@ class SnapshotProducer:
             else:
                 carried.append(mf)
 
+        self._flush_manifests()  # merging may read manifests written above
         carried = self._merge_if_needed(carried, ManifestContent.DATA)
         carried = self._merge_if_needed(carried, ManifestContent.DELETES)
+        self._flush_manifests()
 
         manifests = new_manifests + carried
         faults.hit("after-manifests")
@@ -215,7 +207,8 @@ class SnapshotProducer:
             partition_type=ptype,
             content=content,
         )
-        self.io.write(location, data)
+        # Written in one batch by ``_flush_manifests`` (overlapping fsyncs).
+        self._pending_manifests.append((location, data))
         self.written.append(location)
         manifest = _summarize(
             entries,
@@ -229,6 +222,10 @@ class SnapshotProducer:
         )
         scan.remember_written_manifest(manifest, entries)
         return manifest
+
+    def _flush_manifests(self) -> None:
+        pending, self._pending_manifests = self._pending_manifests, []
+        self.io.write_many(pending)
 
     def _manifest_touches(self, mf: ManifestFile, paths: set[str]) -> bool:
         for e in scan.manifest_entries(self.io, self.base, mf):
@@ -317,10 +314,9 @@ class SnapshotProducer:
             )
             for n, group in enumerate(groups)
         ]
-        # Every Puffin file is written before any manifest names it; the files are
-        # independent, so their (fsynced) writes overlap.
+        # Every Puffin file is durable before any manifest naming it is written.
         self.written.extend(location for location, _, _ in puffins)
-        _write_all(self.io, [(location, data) for location, data, _ in puffins])
+        self.io.write_many([(location, data) for location, data, _ in puffins])
         faults.hit("after-puffin")
         by_spec: dict[int, list[ManifestEntry]] = {}
         for group, (location, puffin, blobs) in zip(groups, puffins):

@@ -29,10 +29,12 @@ def _catalog() -> tuple[SqlCatalog, str]:
     return catalog, tmp
 
 
-def profile_cdc(batches: int, batch_rows: int, n_rows: int) -> cProfile.Profile:
+def profile_cdc(
+    batches: int, batch_rows: int, n_rows: int, rows_per_file: int = 25_000
+) -> cProfile.Profile:
     catalog, _ = _catalog()
     model = cdc_upsert.Model(n_rows)
-    side = cdc_upsert.CalvingCdc(catalog, model, rows_per_file=25_000)
+    side = cdc_upsert.CalvingCdc(catalog, model, rows_per_file=rows_per_file)
     side.upsert(model.batch(100))  # warm-up, as the benchmark does
     work = [model.batch(batch_rows) for _ in range(batches)]
     profile = cProfile.Profile()
@@ -70,11 +72,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--rows", type=int, default=100_000)
     ap.add_argument("--batch-rows", type=int, default=1_000)
+    ap.add_argument("--rows-per-file", type=int, default=25_000)
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--sort", default="cumulative")
     args = ap.parse_args(argv)
     if args.path == "cdc":
-        profile = profile_cdc(args.batches, args.batch_rows, args.rows)
+        profile = profile_cdc(args.batches, args.batch_rows, args.rows, args.rows_per_file)
     else:
         profile = profile_append(args.snapshots, args.batches)
     print(report(profile, args.sort, args.top))

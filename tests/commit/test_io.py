@@ -58,6 +58,32 @@ def test_bare_path_and_uri_name_the_same_file(io: FileIO, tmp_path: Path) -> Non
 # ---------------------------------------------------------------- reading and writing
 
 
+def test_write_many_writes_every_file_and_syncs_each_directory_once(
+    io: FileIO, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = [
+        (f"file://{tmp_path}/{d}/f{i}.bin", bytes([i]) * (i + 1)) for d in "ab" for i in range(5)
+    ]
+    synced: list[str] = []
+    real_sync = FileIO._sync_dir
+    monkeypatch.setattr(FileIO, "_sync_dir", lambda self, d: (synced.append(d), real_sync(self, d)))
+    io.write_many(files)
+    assert [io.read(location) for location, _ in files] == [data for _, data in files]
+    assert sorted(synced) == [str(tmp_path / "a"), str(tmp_path / "b")]
+    io.write_many([])  # nothing to do
+    io.write_many(files[:1])
+
+
+def test_write_many_reports_a_failed_file_after_the_others_finish(
+    io: FileIO, tmp_path: Path
+) -> None:
+    (tmp_path / "taken").mkdir()
+    good = f"file://{tmp_path}/good.bin"
+    with pytest.raises(FileIOError, match="taken"):
+        io.write_many([(f"file://{tmp_path}/taken", b"x"), (good, b"ok")])
+    assert io.read(good) == b"ok"
+
+
 def test_write_read_range_size_exists_delete(io: FileIO, tmp_path: Path) -> None:
     location = f"file://{tmp_path}/deep/dir/f.bin"
     assert not io.exists(location)

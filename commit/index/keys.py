@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -96,36 +97,81 @@ class IntKeys:
         return pa.array(self.values, pa.int64())
 
 
-@dataclass(frozen=True)
 class ByteKeys:
-    """Canonical key bytes: row ``i`` is ``data[offsets[i]:offsets[i+1]]``.
+    """Canonical key bytes: row ``i`` is ``data[start(i):start(i) + length(i)]``.
 
-    ``data`` always ends with ``SLACK`` zero bytes past ``offsets[-1]`` so 8-byte words
+    Two layouts, chosen on construction: when every key has the same non-zero length
+    (formatted ids, UUID text, fixed composites) the offsets are implicit, ``i * width``,
+    and cost nothing per key; otherwise ``offsets`` (n + 1, zero-based) are int32 while
+    the key bytes fit in 2 GiB, else int64. Arithmetic on offsets is done in int64.
+
+    ``data`` always ends with ``SLACK`` zero bytes past the last key so 8-byte words
     can be read at any row start without bounds checks.
     """
 
-    offsets: np.ndarray  # int64, n + 1, offsets[0] == 0
-    data: np.ndarray  # uint8, offsets[-1] + SLACK
+    __slots__ = ("_count", "_offsets", "_width", "data")
+
+    def __init__(self, offsets: np.ndarray, data: np.ndarray) -> None:
+        self.data = data  # uint8, key bytes + SLACK
+        self._count = len(offsets) - 1
+        lengths = np.diff(offsets)
+        width = int(lengths[0]) if self._count else 0
+        if width > 0 and bool(np.all(lengths == width)):
+            self._width, self._offsets = width, None
+        else:
+            self._width, self._offsets = 0, offsets.astype(_offset_dtype(offsets), copy=False)
 
     @staticmethod
     def from_parts(offsets: np.ndarray, body: np.ndarray) -> ByteKeys:
         """From zero-based offsets and exactly ``offsets[-1]`` bytes (copied, slack added)."""
         data = np.zeros(len(body) + SLACK, np.uint8)
         data[: len(body)] = body
-        return ByteKeys(offsets.astype(np.int64, copy=False), data)
+        return ByteKeys(offsets, data)
 
     def __len__(self) -> int:
-        return len(self.offsets) - 1
+        return self._count
+
+    @property
+    def width(self) -> int | None:
+        """The common key length of the fixed-width layout, else None."""
+        return self._width or None
 
     @property
     def nbytes(self) -> int:
-        return int(self.offsets.nbytes + self.data.nbytes)
+        extra = self._offsets.nbytes if self._offsets is not None else 0
+        return int(extra + self.data.nbytes)
+
+    @property
+    def size(self) -> int:
+        """Key bytes in all (without the slack)."""
+        if self._offsets is None:
+            return self._count * self._width
+        return int(self._offsets[-1])
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """All n + 1 offsets as int64 (materialized for the fixed-width layout)."""
+        if self._offsets is None:
+            return np.arange(self._count + 1, dtype=np.int64) * self._width
+        return self._offsets.astype(np.int64, copy=False)
 
     @property
     def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
+        if self._offsets is None:
+            return np.full(self._count, self._width, np.int64)
+        return np.diff(self._offsets).astype(np.int64, copy=False)
+
+    def starts_and_lengths(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._offsets is None:
+            return rows.astype(np.int64) * self._width, np.full(len(rows), self._width, np.int64)
+        starts = self._offsets[:-1][rows].astype(np.int64)
+        return starts, self._offsets[1:][rows].astype(np.int64) - starts
 
     def take(self, rows: np.ndarray) -> ByteKeys:
+        if self._offsets is None:
+            width = self._width
+            body = self.data[: self.size].reshape(-1, width)[rows].ravel()
+            return ByteKeys.from_parts(np.arange(len(rows) + 1, dtype=np.int64) * width, body)
         # Arrow's C++ take gathers variable-length values several times faster than numpy.
         return ByteKeys.from_arrow(self.to_arrow().take(pa.array(rows)))
 
@@ -135,9 +181,9 @@ class ByteKeys:
             return ByteKeys(np.zeros(1, np.int64), np.zeros(SLACK, np.uint8))
         bodies, offsets, base = [], [np.zeros(1, np.int64)], 0
         for p in parts:
-            bodies.append(p.data[: p.offsets[-1]])
+            bodies.append(p.data[: p.size])
             offsets.append(p.offsets[1:] + base)
-            base += int(p.offsets[-1])
+            base += p.size
         return ByteKeys.from_parts(np.concatenate(offsets), np.concatenate(bodies))
 
     def words(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -146,8 +192,7 @@ class ByteKeys:
         Returns (words, word index within its row, first word of each row); every row,
         even an empty one, has at least one word, so ``np.add.reduceat`` works on it.
         """
-        starts = self.offsets[:-1][rows]
-        lengths = self.offsets[1:][rows] - starts
+        starts, lengths = self.starts_and_lengths(rows)
         count = np.maximum(1, (lengths + 7) >> 3)
         first = np.zeros(len(rows), np.int64)
         np.cumsum(count[:-1], out=first[1:])
@@ -171,8 +216,8 @@ class ByteKeys:
         return words, within, first
 
     def equal_at(self, rows: np.ndarray, other: ByteKeys, other_rows: np.ndarray) -> np.ndarray:
-        lengths = self.offsets[1:][rows] - self.offsets[:-1][rows]
-        other_lengths = other.offsets[1:][other_rows] - other.offsets[:-1][other_rows]
+        _, lengths = self.starts_and_lengths(rows)
+        _, other_lengths = other.starts_and_lengths(other_rows)
         same = lengths == other_lengths
         check = np.flatnonzero(same)
         if len(check):
@@ -183,11 +228,10 @@ class ByteKeys:
         return same  # type: ignore[no-any-return]
 
     def to_arrow(self) -> pa.Array:
-        n = len(self)
         return pa.LargeBinaryArray.from_buffers(
             pa.large_binary(),
-            n,
-            [None, pa.py_buffer(self.offsets), pa.py_buffer(self.data[: self.offsets[-1]])],
+            len(self),
+            [None, pa.py_buffer(self.offsets), pa.py_buffer(self.data[: self.size])],
         )
 
     @staticmethod
@@ -421,6 +465,13 @@ def _assemble(n: int, pieces: list[np.ndarray | tuple[np.ndarray, np.ndarray]]) 
             data[np.arange(len(body), dtype=np.int64) + shift] = body
             cursor += seg
     return ByteKeys(offsets, data)
+
+
+_INT32_LIMIT = np.iinfo(np.int32).max
+
+
+def _offset_dtype(offsets: np.ndarray) -> type[np.signedinteger[Any]]:
+    return np.int32 if len(offsets) == 0 or int(offsets[-1]) <= _INT32_LIMIT else np.int64
 
 
 def is_sorted(values: np.ndarray) -> bool:

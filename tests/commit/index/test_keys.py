@@ -215,3 +215,23 @@ def test_a_key_hashes_the_same_whatever_batch_it_comes_in() -> None:
     assert together == alone
     assert DEFAULT_HASHER.hash(codec.encode(pa.table({"k": uniform}))).tolist() == together[:3]
     assert DEFAULT_HASHER.hash(codec.encode(pa.table({"k": short}))).tolist() == together[3:5]
+
+
+def test_fixed_width_keys_keep_no_offsets_and_mix_with_variable_ones() -> None:
+    fixed_keys = _encode([STRING], k=[f"customer-{i:012d}" for i in range(1000)])
+    assert fixed_keys.width == 21
+    assert fixed_keys.nbytes == len(fixed_keys.data)  # no per-key offsets
+    varied = _encode([STRING], k=["x", "", "customer-000000000007", "zz"])
+    assert varied.width is None
+    assert varied.nbytes == len(varied.data) + 5 * 4  # int32 offsets
+
+    taken = fixed_keys.take(np.array([7, 3]))
+    assert taken.width == 21
+    assert _rows(taken) == [b"customer-000000000007", b"customer-000000000003"]
+    joined = ByteKeys.concat([taken, varied])
+    assert joined.width is None
+    assert _rows(joined) == _rows(taken) + _rows(varied)
+    assert _rows(ByteKeys.from_arrow(fixed_keys.to_arrow())) == _rows(fixed_keys)
+    # The same key equal across layouts, and hashed alike in both.
+    assert fixed_keys.equal_at(np.array([7, 7]), varied, np.array([2, 0])).tolist() == [True, False]
+    assert DEFAULT_HASHER.hash(fixed_keys)[7] == DEFAULT_HASHER.hash(varied)[2]

@@ -132,7 +132,19 @@ class TableMetadata:
         return out
 
     def with_changes(self, **changes: Any) -> TableMetadata:
-        return replace(self, **changes)
+        changed = replace(self, **changes)
+        # Carry the snapshot index over instead of rebuilding it (O(history)) on the
+        # next lookup: unchanged when the snapshots are, extended when one was appended.
+        index = self.__dict__.get("_snapshot_index")
+        if index is not None:
+            new, old = changed.snapshots, self.snapshots
+            if new is old:
+                object.__setattr__(changed, "_snapshot_index", index)
+            elif len(new) == len(old) + 1 and new[:-1] == old and new[-1].snapshot_id not in index:
+                extended = dict(index)
+                extended[new[-1].snapshot_id] = new[-1]
+                object.__setattr__(changed, "_snapshot_index", extended)
+        return changed
 
 
 # ---------------------------------------------------------------- writing

@@ -59,6 +59,11 @@ DEFAULT_DV_BLOBS_PER_PUFFIN = 1
 DEFAULT_TARGET_MANIFEST_BYTES = 8 * 1024 * 1024
 
 
+def _only_deleted_entries(mf: ManifestFile) -> bool:
+    # Unknown (v1) counts read as 0 everywhere: such a manifest is kept.
+    return mf.deleted_files_count > 0 and mf.added_files_count == 0 and mf.existing_files_count == 0
+
+
 def dv_blobs_per_puffin(properties: Mapping[str, str]) -> int:
     """How many DV blobs one Puffin file holds (``calving.dv.blobs-per-puffin``)."""
     raw = properties.get(DV_BLOBS_PER_PUFFIN_PROPERTY)
@@ -162,9 +167,15 @@ class SnapshotProducer:
         if new_dvs:
             new_manifests.extend(self._write_dvs(new_dvs, counters))
 
-        # Carry base manifests over; rewrite the ones losing entries.
+        # Carry base manifests over; rewrite the ones losing entries. A manifest an
+        # earlier snapshot left with no live entry (only DELETED ones) is not carried:
+        # it records that snapshot's removals, which that snapshot's own list keeps
+        # (Iceberg Java drops them too). Without this, every CDC commit would leave one
+        # more such manifest for readers to open until the next merge.
         carried: list[ManifestFile] = []
         for mf in base_manifests:
+            if _only_deleted_entries(mf):
+                continue
             drop = removed_data if mf.content == ManifestContent.DATA else replaced_dv_paths
             if drop and self._manifest_touches(mf, drop):
                 rewritten = self._rewrite_without(mf, drop)

@@ -149,3 +149,40 @@ def test_dv_blobs_per_puffin_packs_dvs_and_rejects_bad_values(sqlite_catalog):
     assert isinstance(bad.commit(FastAppend(tuple(f for f, _ in bad_files))), Committed)
     with pytest.raises(InvalidTablePropertyError, match="calving.dv.blobs-per-puffin"):
         bad.commit(RowDelta(deletes={bad_files[0][0].file_path: BitMap64([1])}))
+
+
+def test_manifests_left_with_only_deleted_entries_are_not_carried(sqlite_catalog):
+    """Replacing a file's DV rewrites the manifest that held the old one with that entry
+    DELETED; the next snapshot does not carry such a manifest (its own list still does),
+    so a CDC stream does not pile up manifests readers must open."""
+    from commit.table import scan
+
+    table = make_table(sqlite_catalog, "dvchain", spec=UNPARTITIONED)
+    ((data_file, ids),) = _unpartitioned_files(table, [50])
+    assert isinstance(table.commit(FastAppend((data_file,))), Committed)
+    lists = []
+    for position in (1, 2, 3, 4):
+        out = table.commit(RowDelta(deletes={data_file.file_path: BitMap64([position])}))
+        assert isinstance(out, Committed)
+        lists.append(scan.manifest_files(table.io, table.metadata.current_snapshot))
+
+    def only_deleted(manifests, snapshot_id=None):
+        return [
+            m
+            for m in manifests
+            if m.deleted_files_count
+            and not m.added_files_count
+            and not m.existing_files_count
+            and (snapshot_id is None or m.added_snapshot_id != snapshot_id)
+        ]
+
+    # Each snapshot holds the all-DELETED manifest it wrote itself, none older.
+    for manifests in lists[1:]:
+        assert len(only_deleted(manifests)) == 1
+    current = table.metadata.current_snapshot_id
+    assert only_deleted(lists[-1], snapshot_id=current) == []
+    assert len(lists[-1]) == 3  # data, the new DV, the DV just replaced (DELETED)
+    expected = [i for i in ids if i not in (ids[1], ids[2], ids[3], ids[4])]
+    for name, reader in ALL_READERS.items():
+        got = [r[0] for r in reader(table.metadata_location, ["id"])]
+        assert got == expected, f"{name} disagrees"

@@ -54,6 +54,8 @@ def test_debezium_100k_events_over_20k_keys(spark, broker, make_topic, sqlite_ca
     assert pyiceberg_rows(table.metadata_location, COLUMNS) == stream.expected
     assert duckdb_rows(table.metadata_location, COLUMNS) == stream.expected
     live = table.live_files()
-    assert live.dvs and all(e.data_file.content.name == "POSITION_DELETES" for e in live.dvs.values())
+    assert live.dvs and all(
+        e.data_file.content.name == "POSITION_DELETES" for e in live.dvs.values()
+    )
     assert not any(e.data_file.content.name == "EQUALITY_DELETES" for e in live.data.values())
     assert len(live.dvs) <= len(live.data)  # at most one DV per data file

@@ -1,6 +1,7 @@
 """Turning ``SnapshotChanges`` into files and the updates of one new snapshot.
 
-For each attempt the producer:
+For each attempt the producer (writing every new file of the attempt, Puffin files,
+manifests and the manifest list, in one batch of overlapping writes):
 * carries the base snapshot's manifests over unchanged (fast append), rewriting
   only those that lose an entry (a removed data file or a replaced DV);
 * unions requested deletes with each file's current DV and writes the new DVs
@@ -96,7 +97,10 @@ class SnapshotProducer:
         self.attempt = uuid.uuid4().hex[:12]
         self.written: list[str] = []
         self._manifest_counter = 0
-        self._pending_manifests: list[tuple[str, bytes]] = []
+        # Files of this attempt not yet written: every Puffin file, manifest and the
+        # manifest list go out in one batch (overlapping fsyncs) before the swap.
+        self._pending: list[tuple[str, bytes]] = []
+        self._wrote_dvs = False
         self._metadata_dir = base.location.rstrip("/") + "/metadata"
         self._data_dir = base.properties.get("write.data.path", base.location.rstrip("/") + "/data")
 
@@ -184,13 +188,10 @@ class SnapshotProducer:
             else:
                 carried.append(mf)
 
-        self._flush_manifests()  # merging may read manifests written above
         carried = self._merge_if_needed(carried, ManifestContent.DATA)
         carried = self._merge_if_needed(carried, ManifestContent.DELETES)
-        self._flush_manifests()
 
         manifests = new_manifests + carried
-        faults.hit("after-manifests")
         manifests, first_row_id, added_rows = self._assign_row_ids(manifests)
         snapshot = self._write_snapshot(manifests, changes, counters, first_row_id, added_rows)
         updates: list[TableUpdate] = [AddSnapshot(snapshot), SetMainRef(snapshot.snapshot_id)]
@@ -218,8 +219,7 @@ class SnapshotProducer:
             partition_type=ptype,
             content=content,
         )
-        # Written in one batch by ``_flush_manifests`` (overlapping fsyncs).
-        self._pending_manifests.append((location, data))
+        self._pending.append((location, data))
         self.written.append(location)
         manifest = _summarize(
             entries,
@@ -234,8 +234,8 @@ class SnapshotProducer:
         scan.remember_written_manifest(manifest, entries)
         return manifest
 
-    def _flush_manifests(self) -> None:
-        pending, self._pending_manifests = self._pending_manifests, []
+    def _flush(self) -> None:
+        pending, self._pending = self._pending, []
         self.io.write_many(pending)
 
     def _manifest_touches(self, mf: ManifestFile, paths: set[str]) -> bool:
@@ -277,6 +277,7 @@ class SnapshotProducer:
         of_kind = [m for m in manifests if m.content == content]
         if len(of_kind) <= min_count:
             return manifests
+        self._flush()  # merging reads manifests this attempt may have just made
         # Bin-pack the small manifests of each spec, oldest first, into target-size bins.
         keep = [m for m in manifests if m.content != content or m.manifest_length >= target]
         small = [m for m in manifests if m.content == content and m.manifest_length < target]
@@ -325,10 +326,9 @@ class SnapshotProducer:
             )
             for n, group in enumerate(groups)
         ]
-        # Every Puffin file is durable before any manifest naming it is written.
         self.written.extend(location for location, _, _ in puffins)
-        self.io.write_many([(location, data) for location, data, _ in puffins])
-        faults.hit("after-puffin")
+        self._pending.extend((location, data) for location, data, _ in puffins)
+        self._wrote_dvs = True
         by_spec: dict[int, list[ManifestEntry]] = {}
         for group, (location, puffin, blobs) in zip(groups, puffins):
             for (target, _), blob in zip(group, blobs):
@@ -386,8 +386,14 @@ class SnapshotProducer:
             sequence_number=self.sequence_number,
             first_row_id=first_row_id,
         )
-        self.io.write(location, data)
+        self._pending.append((location, data))
         self.written.append(location)
+        # Nothing names these files until the metadata file does, so they are written
+        # together; all are durable before it is. The fault points then see them all.
+        self._flush()
+        if self._wrote_dvs:
+            faults.hit("after-puffin")
+        faults.hit("after-manifests")
         faults.hit("after-manifest-list")
         scan.remember_written_manifest_list(location, manifests)
         summary: dict[str, str] = {"operation": changes.operation}

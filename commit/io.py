@@ -403,6 +403,16 @@ _POOL_LOCK = threading.Lock()
 _POOL_WORKERS = 8  # I/O-bound: fsyncs and object-store puts release the GIL
 
 
+def _forget_pool_after_fork() -> None:
+    # A forked child inherits the pool object but none of its threads: work submitted
+    # to it would never run. The child makes its own pool on first use.
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def _run_all(fn: Any, calls: Sequence[tuple[Any, ...]]) -> None:
     """``fn(*args)`` for every args tuple on the shared I/O pool; the first error raised
     (after every call has finished) propagates."""

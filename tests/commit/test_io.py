@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import pickle
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -296,3 +297,29 @@ def test_pyiceberg_and_duckdb_use_the_canonical_form(io: FileIO, tmp_path: Path)
 
     with PyArrowFileIO().new_input(ours).open() as f:
         assert pq.read_table(f).equals(data)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+def test_write_many_works_in_a_child_forked_after_the_parent_used_it(
+    io: FileIO, tmp_path: Path
+) -> None:
+    io.write_many([(f"file://{tmp_path}/p{i}.bin", b"p") for i in range(3)])  # pool started
+    pid = os.fork()
+    if pid == 0:  # child: the inherited pool has no threads; a new one must be made
+        try:
+            FileIO().write_many([(f"file://{tmp_path}/c{i}.bin", b"c") for i in range(3)])
+            os._exit(0)
+        except BaseException:  # noqa: BLE001 - a forked child must exit, never return
+            os._exit(1)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        pytest.fail("write_many hung in a forked child")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert [io.read(f"file://{tmp_path}/c{i}.bin") for i in range(3)] == [b"c"] * 3

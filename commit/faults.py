@@ -13,6 +13,10 @@ import signal
 
 from commit.errors import CalvingError
 
+# The producer writes an attempt's Puffin files, manifests and manifest list in one
+# batch, so "after-puffin", "after-manifests" and "after-manifest-list" are hit in turn
+# once all of them are durable: three names for the same crash state, kept so a crash
+# there stays addressable if the batch is ever split again.
 POINTS = (
     "after-data-files",
     "after-puffin",

@@ -299,7 +299,9 @@ def test_pyiceberg_and_duckdb_use_the_canonical_form(io: FileIO, tmp_path: Path)
         assert pq.read_table(f).equals(data)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork only")
+@pytest.mark.skipif(
+    not hasattr(os, "fork"), reason="os.fork does not exist on this platform (Windows)"
+)
 def test_write_many_works_in_a_child_forked_after_the_parent_used_it(
     io: FileIO, tmp_path: Path
 ) -> None:

@@ -140,7 +140,7 @@ class CommitStateUnknownError(CommitError, Terminal):
 
 
 class RetriesExhaustedError(CommitError, Terminal, Cleanable):
-    """``commit.retry.*`` limits ran out while every attempt was a clean loss."""
+    """``calving.commit.retry.*`` limits ran out while every attempt was a clean loss."""
 
 
 class StaleWriterError(CommitError, Terminal, Cleanable):

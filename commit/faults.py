@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import signal
 
-from commit.errors import CalvingError
+from calving.commit.errors import CalvingError
 
 # The producer writes an attempt's Puffin files, manifests and manifest list in one
 # batch, so "after-puffin", "after-manifests" and "after-manifest-list" are hit in turn

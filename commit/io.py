@@ -26,6 +26,7 @@ import threading
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
 from urllib.parse import urlparse
@@ -33,7 +34,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from commit.errors import (
+from calving.commit.errors import (
     CalvingError,
     ConfigError,
     CorruptFileError,
@@ -128,6 +129,20 @@ def normalize(location: str) -> str:
 
 
 # ---------------------------------------------------------------- FileIO
+
+
+@dataclass(frozen=True, order=True)
+class ListedFile:
+    """A file found by a listing: its location, size and modification time."""
+
+    location: str
+    size: int
+    modified_ms: int
+
+
+def _mtime_ms(info: pafs.FileInfo) -> int:
+    mtime = info.mtime
+    return 0 if mtime is None else int(mtime.timestamp() * 1000)
 
 
 class FileIO:
@@ -250,6 +265,10 @@ class FileIO:
         """Files (recursively) whose location starts with ``prefix``, sorted, in the
         prefix's form (``file:///...`` for local files, the prefix's scheme for S3).
         A prefix ending in ``/`` or naming a directory lists that directory."""
+        return [f.location for f in self.list_files(prefix)]
+
+    def list_files(self, prefix: str) -> list[ListedFile]:
+        """``list_prefix`` with each file's size and modification time."""
         fs, path = self.resolve(prefix)
         with _mapped(prefix, "list"):
             if path.endswith("/"):
@@ -263,7 +282,7 @@ class FileIO:
         scheme = scheme_of(prefix)
         root = "file://" if scheme == LOCAL_SCHEME else f"{scheme}://"
         return sorted(
-            root + i.path
+            ListedFile(root + i.path, i.size or 0, _mtime_ms(i))
             for i in infos
             if i.type == pafs.FileType.File and i.path.startswith(wanted)
         )

@@ -4,13 +4,13 @@
 
 is the same as ``calving run CONFIG.toml [--available-now]`` run by spark-submit: the
 master and deploy mode come from spark-submit, the config's ``[spark] master`` is ignored
-(``ingest.pipeline.spark_session``).
+(``calving.ingest.pipeline.spark_session``).
 ``deploy/spark-submit.sh`` builds the zip and calls spark-submit with this file.
 """
 
 import sys
 
-from ingest.cli import main
+from calving.ingest.cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["run", *sys.argv[1:]]))

@@ -9,7 +9,8 @@
 #          -- config/orders.toml
 #
 # What it does:
-#   1. zips the project's Python packages (commit/, ingest/) into
+#   1. zips calving's Python packages, laid out as installed (calving/, calving/commit/,
+#      calving/ingest/: deploy/build_pyfiles.py reads pyproject.toml's package-dir) into
 #      $CALVING_BUILD_DIR/calving-<version>-pyfiles.zip. A zip rather than a wheel: PySpark
 #      puts --py-files on the executors' sys.path only for .zip/.egg/.jar names
 #      (SparkContext.PACKAGE_EXTENSIONS), not .whl.
@@ -38,7 +39,21 @@
 #                          the absolute path of $PYTHON, which must then exist on every worker)
 #   PYSPARK_DRIVER_PYTHON  driver interpreter (spark.pyspark.driver.python; default: as above)
 #   CALVING_DEPLOY_MODE    client (default) or cluster; ignored if the options give --deploy-mode
-#   CALVING_BUILD_DIR      where the zip is written (default: <repo>/build/deploy)
+#   CALVING_BUILD_DIR      where the zip is written (default:
+#                          ${XDG_CACHE_HOME:-$HOME/.cache}/calving/deploy, outside the checkout)
+#   CALVING_DRIVER_LOG4J2  log4j2 configuration of the driver JVM (default: the repository's
+#                          config/log4j2.properties: Spark at WARN, no INFO chatter; unless
+#                          $SPARK_CONF_DIR has a log4j2.properties, which Spark then reads).
+#                          Set it empty to keep Spark's default (INFO). Passed through
+#                          SPARK_SUBMIT_OPTS, so a --driver-java-options setting wins.
+#   SPARK_SUBMIT_OPTS      extra JVM options of the driver (spark-submit's own variable)
+#   SPARK_LOCAL_IP         address the driver's web UI binds to. Default: the value of
+#                          --conf spark.driver.bindAddress=..., else of --conf
+#                          spark.driver.host=..., given to this script; with none of these
+#                          Spark binds the driver UI to every interface.
+#
+# Also added before your options (yours win): spark.ui.showConsoleProgress=false, so the
+# driver's log has no [Stage ...] progress bars.
 # Options given before `--` go to spark-submit after these defaults, so a --conf given
 # there wins. An extra --py-files value is merged with the calving zip.
 set -euo pipefail
@@ -143,34 +158,42 @@ executor_python=${PYSPARK_PYTHON:-$python_path}
 driver_python=${PYSPARK_DRIVER_PYTHON:-$python_path}
 
 # ---------------------------------------------------------------- the zip
-build_dir=${CALVING_BUILD_DIR:-$repo/build/deploy}
+build_dir=${CALVING_BUILD_DIR:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/calving/deploy}
 mkdir -p "$build_dir"
-zip_path=$("$PYTHON" - "$repo" "$build_dir" <<'PY'
-import pathlib
-import re
-import sys
-import zipfile
-
-repo, out = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
-text = (repo / "pyproject.toml").read_text(encoding="utf-8")
-version = re.search(r'^version\s*=\s*"([^"]+)"', text, re.MULTILINE).group(1)
-target = out / f"calving-{version}-pyfiles.zip"
-partial = out / (target.name + ".partial")
-count = 0
-with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
-    for package in ("commit", "ingest"):
-        for path in sorted((repo / package).rglob("*.py")):
-            if "__pycache__" not in path.parts:
-                z.write(path, path.relative_to(repo).as_posix())
-                count += 1
-if count == 0:
-    sys.exit(f"no Python files found under {repo}/commit and {repo}/ingest")
-partial.replace(target)
-print(target)
-PY
-)
+zip_path=$("$PYTHON" "$here/build_pyfiles.py" "$repo" "$build_dir")
 py_files=$zip_path
 if [ -n "$extra_py_files" ]; then py_files="$py_files,$extra_py_files"; fi
+
+# ---------------------------------------------------------------- driver logs and UI
+if [ -z "${CALVING_DRIVER_LOG4J2+set}" ]; then
+  CALVING_DRIVER_LOG4J2=$repo/config/log4j2.properties
+  if [ -n "${SPARK_CONF_DIR:-}" ] && [ -f "$SPARK_CONF_DIR/log4j2.properties" ]; then
+    CALVING_DRIVER_LOG4J2=""
+  fi
+fi
+if [ -n "$CALVING_DRIVER_LOG4J2" ]; then
+  if [ ! -f "$CALVING_DRIVER_LOG4J2" ] || [[ $CALVING_DRIVER_LOG4J2 =~ [[:space:]] ]]; then
+    echo "error: CALVING_DRIVER_LOG4J2='$CALVING_DRIVER_LOG4J2' is not a file (or has spaces)" >&2
+    exit 2
+  fi
+  export SPARK_SUBMIT_OPTS="-Dlog4j2.configurationFile=$CALVING_DRIVER_LOG4J2${SPARK_SUBMIT_OPTS:+ $SPARK_SUBMIT_OPTS}"
+fi
+
+# Spark binds the driver's web UI to SPARK_LOCAL_IP, else to every interface: default it to
+# the address the driver is configured to bind (or advertise).
+bind_address=""
+driver_host=""
+for ((i = 0; i + 1 < ${#rest[@]}; i++)); do
+  if [ "${rest[$i]}" = --conf ]; then
+    case "${rest[$((i + 1))]}" in
+      spark.driver.bindAddress=*) bind_address=${rest[$((i + 1))]#*=} ;;
+      spark.driver.host=*) driver_host=${rest[$((i + 1))]#*=} ;;
+    esac
+  fi
+done
+if [ -z "${SPARK_LOCAL_IP:-}" ] && [ -n "${bind_address:-$driver_host}" ]; then
+  export SPARK_LOCAL_IP=${bind_address:-$driver_host}
+fi
 
 # ---------------------------------------------------------------- submit
 submit=(--deploy-mode "$deploy_mode")
@@ -183,6 +206,7 @@ fi
 submit+=(
   --conf "spark.pyspark.python=$executor_python"
   --conf "spark.pyspark.driver.python=$driver_python"
+  --conf spark.ui.showConsoleProgress=false
   ${rest[@]+"${rest[@]}"}
   --py-files "$py_files"
   "$here/calving_app.py"

@@ -13,46 +13,42 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 
-from commit.catalog.base import Catalog, TableIdent, parse_ident
-from commit.catalog.filesystem import FilesystemCatalog
-from commit.catalog.sql import SqlCatalog
-from commit.errors import (
+from calving.commit.catalog.base import Catalog, TableIdent, parse_ident
+from calving.commit.catalog.filesystem import FilesystemCatalog
+from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.errors import (
     CalvingError,
     ConfigError,
     NoSuchTableError,
     SchemaError,
     TableAlreadyExistsError,
 )
-from commit.io import FileIO
-from commit.spec.schema import Schema
-from commit.spec.types import (
-    BINARY,
-    INT,
-    LONG,
-    STRING,
-    TIMESTAMPTZ,
+from calving.commit.io import FileIO
+from calving.commit.spec.arrow import primitive_from_arrow
+from calving.commit.spec.schema import FieldIds, Schema, assign_fresh_ids
+from calving.commit.spec.types import (
     IcebergType,
-    ListType,
-    MapType,
     NestedField,
     PrimitiveType,
-    StructType,
     can_promote,
     same_shape,
 )
-from commit.table.actions.update_properties import UpdateProperties
-from commit.table.actions.update_schema import AddColumn, UpdateSchema
-from commit.table.table import Table, create_table
-from ingest.config.format import FormatConfig
-from ingest.config.table import TableConfig, build_spec
-from ingest.config.type_strings import type_text
-from ingest.decode import DEAD_LETTER_SCHEMA, infer_schema
+from calving.commit.table.actions.update_properties import UpdateProperties
+from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
+from calving.commit.table.table import Table, create_table
+from calving.ingest.config.format import FormatConfig
+from calving.ingest.config.preflight import check_table_properties
+from calving.ingest.config.table import TableConfig, build_spec
+from calving.ingest.config.type_strings import type_text
+from calving.ingest.decode import DEAD_LETTER_SCHEMA, infer_schema
 
 log = logging.getLogger("calving.catalogs")
 
@@ -80,12 +76,79 @@ def file_io(table_cfg: TableConfig) -> FileIO:
 def open_catalog(table_cfg: TableConfig, io: FileIO | None = None) -> Catalog:
     """The catalog ``table.catalog`` names: SQL (SQLite / PostgreSQL) or filesystem."""
     io = io or file_io(table_cfg)
-    try:
-        if table_cfg.catalog_kind == "filesystem":
+    if table_cfg.catalog_kind == "filesystem":
+        try:
             return FilesystemCatalog(table_cfg.catalog, name=table_cfg.catalog_name, io=io)
-        return SqlCatalog(table_cfg.catalog_name, table_cfg.catalog, table_cfg.warehouse, io=io)
+        except ConfigError as exc:
+            raise ConfigError(f"table.catalog: {exc}") from None
+    return open_sql_catalog(table_cfg.catalog_name, table_cfg.catalog, table_cfg.warehouse, io)
+
+
+#: Database driver modules and the calving extra that installs them.
+_DRIVER_EXTRAS = {"psycopg": "postgres", "psycopg2": "postgres", "psycopg_binary": "postgres"}
+
+
+def open_sql_catalog(
+    name: str, url: str, warehouse: str | None, io: FileIO, key: str = "table.catalog"
+) -> SqlCatalog:
+    """``SqlCatalog`` for ``url``; every error names ``key`` and never shows the URL's
+    password (a URL that does not parse, a missing driver, a driver's own error)."""
+    check_catalog_url(url, key)
+    try:
+        return SqlCatalog(name, url, warehouse, io=io)
     except ConfigError as exc:
-        raise ConfigError(f"table.catalog: {exc}") from None
+        raise ConfigError(f"{key}: {mask_secret(str(exc), url)}") from None
+    except ModuleNotFoundError as exc:
+        module = (exc.name or "").split(".")[0]
+        extra = _DRIVER_EXTRAS.get(module)
+        hint = f"install calving[{extra}]" if extra else f"install the {module!r} package"
+        raise ConfigError(
+            f"{key}: the {_scheme(url)} catalog needs the Python module {module!r}, which "
+            f"is not installed: {hint}"
+        ) from None
+    except sa_exc.ArgumentError as exc:
+        raise ConfigError(
+            f"{key}: not a usable database URL ({mask_secret(str(exc), url)})"
+        ) from None
+    except CalvingError as exc:
+        masked = mask_secret(str(exc), url)
+        if masked != str(exc):
+            exc.args = (masked,)  # the type stays: callers tell errors apart by it
+            raise exc from None
+        raise
+
+
+def check_catalog_url(url: str, key: str = "table.catalog") -> None:
+    """Refuse a URL whose user name or password holds characters that break URL parsing
+    (``@``, ``/``, ``?``, ``#``): the driver would connect to the wrong host and name a
+    piece of the password in its error. The message never shows the password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or rest.startswith("/") or "@" not in rest:
+        return
+    userinfo = rest.rpartition("@")[0]
+    if any(c in userinfo for c in "@/?#"):
+        raise ConfigError(
+            f"{key}: the user name or password in the {scheme} URL contains '@', '/', '?' or "
+            "'#'; percent-encode it (@ as %40, / as %2F, ? as %3F, # as %23, % as %25), "
+            "e.g. with urllib.parse.quote(password, safe='')"
+        )
+
+
+def mask_secret(text: str, url: str) -> str:
+    """``text`` with ``url``'s password (raw or as parsed) replaced by ``***``."""
+    try:
+        password = sa.engine.make_url(url).password
+    except (sa_exc.ArgumentError, ValueError):
+        password = None
+    userinfo = url.partition("://")[2].rpartition("@")[0]
+    raw = userinfo.partition(":")[2]
+    for secret in sorted({str(p) for p in (password, raw) if p}, key=len, reverse=True):
+        text = text.replace(secret, "***")
+    return text
+
+
+def _scheme(url: str) -> str:
+    return url.partition("://")[0] or "SQL"
 
 
 # ---------------------------------------------------------------- the data table
@@ -119,6 +182,8 @@ def ensure_table(
             )
         except TableAlreadyExistsError:
             table = Table.load(catalog, ident, io)  # created concurrently: check it instead
+    # A bad property on the table fails now, naming the repair command, not at a commit.
+    check_table_properties(table_cfg.name, table.metadata.properties, table_cfg.properties)
     _check_identifiers(table, table_cfg)
     _check_partitioning(table, table_cfg)
     columns = [
@@ -126,7 +191,9 @@ def ensure_table(
         for i, c in enumerate(table_cfg.columns)
     ]
     _evolve(table, columns)
-    changed = {k: v for k, v in table_cfg.properties.items() if table.metadata.properties.get(k) != v}
+    changed = {
+        k: v for k, v in table_cfg.properties.items() if table.metadata.properties.get(k) != v
+    }
     if changed:
         table.commit_or_raise(UpdateProperties(set=changed))
     return table
@@ -238,32 +305,10 @@ def _numbered_schema(
     columns: Sequence[tuple[str, IcebergType, bool, str | None]], identifiers: Sequence[str]
 ) -> Schema:
     """Fresh ids: top-level columns 1..n, nested fields after them."""
-    counter = iter(range(len(columns) + 1, 10**9))
-    fields = tuple(
-        NestedField(i + 1, name, _renumber(t, counter), required, doc)
-        for i, (name, t, required, doc) in enumerate(columns)
-    )
+    unnumbered = [NestedField(0, name, t, required, doc) for name, t, required, doc in columns]
+    fields = assign_fresh_ids(unnumbered, FieldIds())
     ids = {f.name: f.field_id for f in fields}
     return Schema(fields, identifier_field_ids=tuple(ids[n] for n in identifiers))
-
-
-def _renumber(t: IcebergType, ids: Iterator[int]) -> IcebergType:
-    if isinstance(t, StructType):
-        return StructType(
-            tuple(
-                NestedField(next(ids), f.name, _renumber(f.field_type, ids), f.required, f.doc)
-                for f in t.fields
-            )
-        )
-    if isinstance(t, ListType):
-        return ListType(next(ids), _renumber(t.element_type, ids), t.element_required)
-    if isinstance(t, MapType):
-        key_id, value_id = next(ids), next(ids)
-        return MapType(
-            key_id, _renumber(t.key_type, ids), value_id, _renumber(t.value_type, ids),
-            t.value_required,
-        )
-    return t
 
 
 def sample_objects(
@@ -277,7 +322,9 @@ def sample_objects(
             "table.infer_schema: the sample must be Kafka records (a table with a 'value' column)"
         )
     values = sample.column("value").to_pylist()
-    keys = sample.column("key").to_pylist() if "key" in sample.column_names else [None] * len(values)
+    keys = (
+        sample.column("key").to_pylist() if "key" in sample.column_names else [None] * len(values)
+    )
     out = []
     for raw, key in zip(values, keys):
         obj = _json(raw)
@@ -308,15 +355,6 @@ def _json(raw: Any) -> Any:
 
 # ---------------------------------------------------------------- dead letters
 
-_ARROW_TO_ICEBERG = {
-    pa.string(): STRING,
-    pa.large_string(): STRING,
-    pa.int32(): INT,
-    pa.int64(): LONG,
-    pa.timestamp("us", tz="UTC"): TIMESTAMPTZ,
-    pa.binary(): BINARY,
-    pa.large_binary(): BINARY,
-}
 _DEAD_LETTER_DOCS = {
     "topic": "Kafka topic of the record",
     "partition": "Kafka partition of the record",
@@ -331,13 +369,16 @@ _DEAD_LETTER_DOCS = {
 
 
 def dead_letter_schema() -> Schema:
-    """``ingest.decode.DEAD_LETTER_SCHEMA`` as an Iceberg schema (all columns optional:
+    """``calving.ingest.decode.DEAD_LETTER_SCHEMA`` as an Iceberg schema (all columns optional:
     the sink writes whatever the record had)."""
     fields = []
     for i, f in enumerate(DEAD_LETTER_SCHEMA, start=1):
-        t = _ARROW_TO_ICEBERG.get(f.type)
-        if t is None:
-            raise SchemaError(f"dead-letter column {f.name!r}: no Iceberg type for {f.type}")
+        try:
+            t = primitive_from_arrow(f.type)
+        except SchemaError:
+            raise SchemaError(
+                f"dead-letter column {f.name!r}: no Iceberg type for {f.type}"
+            ) from None
         fields.append(NestedField(i, f.name, t, False, _DEAD_LETTER_DOCS.get(f.name)))
     return Schema(tuple(fields))
 
@@ -347,7 +388,9 @@ def ensure_dead_letter_table(catalog: Catalog, io: FileIO, name: str | TableIden
     try:
         ident = parse_ident(name) if isinstance(name, str) else tuple(name)
     except CalvingError:
-        raise ConfigError(f'sink.dead_letter_table: expected "namespace.table", got {name!r}') from None
+        raise ConfigError(
+            f'sink.dead_letter_table: expected "namespace.table", got {name!r}'
+        ) from None
     catalog.create_namespace_if_missing(ident[:-1])
     schema = dead_letter_schema()
     try:
@@ -357,10 +400,13 @@ def ensure_dead_letter_table(catalog: Catalog, io: FileIO, name: str | TableIden
             return create_table(catalog, ident, schema, io=io)
         except TableAlreadyExistsError:
             table = Table.load(catalog, ident, io)  # created concurrently
+    check_table_properties(".".join(ident), table.metadata.properties)
     _evolve(
         table,
         [
-            _Column(f"sink.dead_letter_table ({'.'.join(ident)})", f.name, f.field_type, False, f.doc)
+            _Column(
+                f"sink.dead_letter_table ({'.'.join(ident)})", f.name, f.field_type, False, f.doc
+            )
             for f in schema.fields
         ],
     )

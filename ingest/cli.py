@@ -3,9 +3,14 @@
     calving demo [--events N] [--warehouse DIR] ...   the embedded default, end to end
     calving run CONFIG.toml [--available-now]          one pipeline from a TOML config
     calving table show NAME (--config F | --catalog URI)
+    calving table set-property NAME KEY VALUE / unset-property NAME KEY (same options)
 
-Exit status: 0 on success; 1 when the demo's check fails or the stream stops with an
-error; 2 for a usage or configuration error (the message names the key).
+Exit status: 0 on success (also after SIGTERM: the query stops between batches); 1 when
+the demo's check fails or the stream stops with an error; 2 for a usage or configuration
+error (the message names the key); 130 on Ctrl-C (the first one stops the query between
+batches like SIGTERM, a second one stops at once). An error ends in one line,
+``calving: error: <root cause>`` (the full traceback with ``-v``), never showing a value
+that came from ``${env:...}`` or a URL's password.
 """
 
 from __future__ import annotations
@@ -13,10 +18,15 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
-from commit.errors import CalvingError, ConfigError
+from calving import __version__
+from calving.commit.errors import ConfigError
+from calving.ingest.errors import Secrets, report_error
 
 log = logging.getLogger("calving.cli")
 
@@ -26,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="calving", description="Exactly-once Kafka to Apache Iceberg v3 on Spark."
     )
     p.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
+    p.add_argument("--version", action="version", version=f"calving {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     demo = sub.add_parser(
@@ -63,6 +74,9 @@ def _parser() -> argparse.ArgumentParser:
     show.add_argument("--catalog-name", default="calving")
     show.add_argument("--snapshots", type=_positive, default=10, help="newest snapshots listed")
     show.add_argument("--files", action="store_true", help="list every live data file")
+    from calving.ingest.table_admin import add_parsers as add_table_admin
+
+    add_table_admin(table_sub)  # set-property, unset-property
     return p
 
 
@@ -82,28 +96,48 @@ def _non_negative(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    secrets = Secrets()
+    _setup_logging(args.verbose, secrets)
     # Spark's Python workers must run this interpreter (it has calving's dependencies).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     try:
         if args.command == "demo":
             return _demo(args)
         if args.command == "run":
-            return _run(args)
-        return _table_show(args)
-    except ConfigError as exc:
-        print(f"calving: configuration error: {exc}", file=sys.stderr)
-        return 2
-    except CalvingError as exc:
-        print(f"calving: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+            return _run(args, secrets)
+        if args.table_command in ("set-property", "unset-property"):
+            from calving.ingest.table_admin import main as table_admin
+
+            return table_admin(args)
+        return _table_show(args, secrets)
+    except KeyboardInterrupt:
+        print("calving: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 -- every error ends in one line naming its cause
+        return report_error(exc, verbose=args.verbose, secrets=secrets)
+    finally:
+        for handler in logging.getLogger().handlers:
+            handler.removeFilter(secrets.log_filter)
+
+
+def _setup_logging(verbose: bool, secrets: Secrets) -> None:
+    """Python logging for the command: WARNING for everything (py4j, pyspark, kafka
+    ...), calving's own loggers at DEBUG with ``-v``. py4j at DEBUG would print every
+    gateway command, Spark settings and source options included, in clear."""
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(secrets.log_filter)
+    logging.getLogger("calving").setLevel(logging.DEBUG if verbose else logging.WARNING)
+    if not verbose:
+        # py4j logs a failed foreachBatch call at ERROR with its whole traceback; the
+        # one-line root cause says it (``-v`` shows it).
+        logging.getLogger("py4j").setLevel(logging.CRITICAL)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from ingest.demo.run import DemoOptions, report, run_demo
+    from calving.ingest.demo.run import DemoOptions, report, run_demo
 
     logging.getLogger("calving").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
@@ -124,28 +158,70 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def _run(args: argparse.Namespace) -> int:
-    from ingest.config.loader import load_config
-    from ingest.pipeline import build_pipeline
-
+def _run(args: argparse.Namespace, secrets: Secrets) -> int:
+    """SIGTERM sets a flag: the query stops between batches and the command exits 0.
+    Ctrl-C does the same but exits 130; a second Ctrl-C interrupts at once."""
     logging.getLogger("calving").setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    config = load_config(args.config)
-    pipeline = build_pipeline(config)
-    log.info("streaming %s into %s as writer %s", config.source.spark_options().get(
-        "subscribe", "the configured topics"), pipeline.table.name, config.sink.writer_id)  # fmt: skip
-    pipeline.run(available_now=args.available_now)
+    secrets.add_config_file(args.config)
+    stop = threading.Event()
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())
+    try:
+        _run_pipeline(args, stop, interrupted)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if interrupted.is_set():
+        raise KeyboardInterrupt
     return 0
 
 
-def _table_show(args: argparse.Namespace) -> int:
-    from commit.catalog.base import parse_ident
-    from commit.table.table import Table
-    from ingest.catalogs import file_io, open_catalog
-    from ingest.show import describe_table
+def _interrupt_handler(stop: threading.Event, interrupted: threading.Event) -> Any:
+    """Replaces pyspark's SIGINT handler, which cancels every job and raises
+    KeyboardInterrupt inside whatever py4j call is running (a reentrant socket read
+    that logs tracebacks); the first Ctrl-C now asks for a stop between batches."""
+
+    def handler(_signum: int, _frame: Any) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+        stop.set()
+
+    return handler
+
+
+def _run_pipeline(
+    args: argparse.Namespace, stop: threading.Event, interrupted: threading.Event
+) -> None:
+    from calving.ingest.config.loader import load_config
+    from calving.ingest.pipeline import build_pipeline, quiet_query_errors
+
+    config = load_config(args.config)
+    pipeline = build_pipeline(config)
+    signal.signal(signal.SIGINT, _interrupt_handler(stop, interrupted))
+    pipeline.stop_requested = stop
+    if not args.verbose:
+        quiet_query_errors(pipeline.spark)
+    log.info("streaming %s into %s as writer %s", config.source.spark_options().get(
+        "subscribe", "the configured topics"), pipeline.table.name, config.sink.writer_id)  # fmt: skip
+    if not stop.is_set():
+        pipeline.run(available_now=args.available_now)
+    if stop.is_set() and not interrupted.is_set():
+        last = pipeline.last_batch_id
+        where = f"after batch {last}" if last is not None else "before any batch"
+        print(f"calving: stopped on SIGTERM {where}", file=sys.stderr)
+
+
+def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
+    from calving.commit.catalog.base import parse_ident
+    from calving.commit.table.table import Table
+    from calving.ingest.catalogs import file_io, open_catalog
+    from calving.ingest.show import describe_table
 
     if args.config is not None:
-        from ingest.config.loader import load_config
+        from calving.ingest.config.loader import load_config
 
+        secrets.add_config_file(args.config)
         table_cfg = load_config(args.config).table
         io = file_io(table_cfg)
         catalog = open_catalog(table_cfg, io)
@@ -153,15 +229,16 @@ def _table_show(args: argparse.Namespace) -> int:
         uri = args.catalog or os.environ.get("CALVING_CATALOG")
         if not uri:
             raise ConfigError("--catalog: give a catalog URI, --config, or set CALVING_CATALOG")
-        from commit.catalog.filesystem import FilesystemCatalog
-        from commit.catalog.sql import SqlCatalog
-        from commit.io import FileIO
+        from calving.commit.catalog.filesystem import FilesystemCatalog
+        from calving.commit.io import FileIO
+        from calving.ingest.catalogs import open_sql_catalog
 
+        secrets.add_url(uri)
         io = FileIO()
         catalog = (
             FilesystemCatalog(uri, name=args.catalog_name, io=io)
             if uri.startswith("file:") or "://" not in uri
-            else SqlCatalog(args.catalog_name, uri, None, io=io)
+            else open_sql_catalog(args.catalog_name, uri, None, io, key="--catalog")
         )
     table = Table.load(catalog, parse_ident(args.name), io)
     print(describe_table(table, snapshots=args.snapshots, files=args.files))

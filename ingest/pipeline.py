@@ -13,22 +13,26 @@ import json
 import logging
 import os
 import sys
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from commit.errors import CalvingError, ConfigError, NoSuchTableError
-from commit.table.table import Table
-from ingest.catalogs import ensure_dead_letter_table, ensure_table, file_io, open_catalog
-from ingest.config.format import build_decoder
-from ingest.config.loader import CalvingConfig
-from ingest.config.runtime import SparkConfig
-from ingest.config.source import SourceConfig
-from ingest.kafka.offsets import OffsetRange, offsets_to_json
-from ingest.sink.coordinator import BatchStats
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.errors import CalvingError, ConfigError, NoSuchTableError
+from calving.commit.table.table import Table
+from calving.ingest.catalogs import ensure_dead_letter_table, ensure_table, file_io, open_catalog
+from calving.ingest.config.format import build_decoder
+from calving.ingest.config.loader import CalvingConfig
+from calving.ingest.config.preflight import validate_before_create
+from calving.ingest.config.runtime import SparkConfig
+from calving.ingest.config.source import SourceConfig
+from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
+from calving.ingest.metrics import metrics_for
+from calving.ingest.sink.coordinator import BatchStats
+from calving.ingest.sink.foreach_batch import CalvingSink
 
 log = logging.getLogger("calving.pipeline")
 
@@ -42,6 +46,41 @@ class StreamFailedError(CalvingError):
     """The streaming query stopped with an error (the cause is chained)."""
 
 
+class _StopRequested(CalvingError):
+    """Raised by a batch that would start after a stop was requested."""
+
+
+#: How often ``Pipeline.run`` looks at the stop flag while the query runs (seconds).
+_POLL_S = 0.5
+
+
+def _stop_between_batches(query: Any) -> None:
+    """Stop ``query`` once no trigger is running (a batch in flight finishes first)."""
+    while query.isActive and query.status.get("isTriggerActive", False):
+        time.sleep(0.1)
+    query.stop()
+
+
+def quiet_query_errors(spark: Any) -> None:
+    """Silence the JVM's own report of a failed query or task (a full Java and Python
+    traceback on stderr); the caller reports the root cause itself. ``calving -v``
+    leaves them on."""
+    jvm = spark.sparkContext._jvm
+    level = jvm.org.apache.logging.log4j.Level
+    configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+    for name, lvl in _QUIET_LOGGERS.items():
+        configurator.setLevel(name, getattr(level, lvl))
+
+
+_QUIET_LOGGERS = {
+    "org.apache.spark.sql.execution.streaming": "OFF",
+    "org.apache.spark.executor.Executor": "OFF",
+    "org.apache.spark.scheduler.TaskSetManager": "ERROR",
+    # "Failed to cancel job group ..." when a stopped query had no job running.
+    "org.apache.spark.scheduler.DAGScheduler": "ERROR",
+}
+
+
 def spark_session(cfg: SparkConfig, log_level: str = "WARN") -> Any:
     """The Spark session for ``cfg``. Under ``spark-submit`` (a JVM gateway already set
     up) the submitted master and settings win; ``[spark]`` only adds its ``conf``."""
@@ -51,7 +90,9 @@ def spark_session(cfg: SparkConfig, log_level: str = "WARN") -> Any:
     builder = SparkSession.builder.appName(cfg.app_name)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if not submitted:
-        builder = builder.master(cfg.master)
+        # calving starts the JVM: no console progress bar over calving's own lines (a
+        # driver Spark treats like a shell shows one otherwise); [spark.conf] overrides.
+        builder = builder.master(cfg.master).config("spark.ui.showConsoleProgress", "false")
     if cfg.master.startswith("local") and not submitted:
         # A local driver needs no web UI and few shuffle partitions; [spark.conf] overrides.
         builder = builder.config("spark.ui.enabled", "false").config(
@@ -67,8 +108,8 @@ def spark_session(cfg: SparkConfig, log_level: str = "WARN") -> Any:
 def sample_records(source: SourceConfig, per_partition: int = SAMPLE_PER_PARTITION) -> pa.Table:
     """The first records of every subscribed partition (key and value), read from the
     earliest offsets: what a new table's schema is inferred from."""
-    from ingest.kafka.range_reader import read_range
-    from ingest.kafka.source import BrokerView, kafka_arrow_schema
+    from calving.ingest.kafka.range_reader import read_range
+    from calving.ingest.kafka.source import BrokerView, kafka_arrow_schema
 
     options = source.source_options()
     view = BrokerView(options)
@@ -91,11 +132,15 @@ class Pipeline:
     spark: Any
     table: Table
     sink: CalvingSink
+    #: Set it (e.g. from a SIGTERM handler) to make ``run()`` stop between batches.
+    stop_requested: threading.Event = field(default_factory=threading.Event)
+    #: The id of the last batch this process committed (None: none yet).
+    last_batch_id: int | None = None
 
     def source_frame(self) -> Any:
         """The streaming DataFrame of the configured Kafka source, never reading below
         the table's ledger for this writer."""
-        from ingest.kafka.source import KafkaSource
+        from calving.ingest.kafka.source import KafkaSource
 
         if id(self.spark) not in _registered_sources:
             self.spark.dataSource.register(KafkaSource)
@@ -115,7 +160,7 @@ class Pipeline:
         writer = (
             self.source_frame()
             .writeStream.queryName(f"calving-{self.config.sink.writer_id}")
-            .foreachBatch(self.sink)
+            .foreachBatch(self._batch)
             .option("checkpointLocation", self.config.sink.checkpoint)
         )
         if available_now:
@@ -124,25 +169,44 @@ class Pipeline:
             writer = writer.trigger(processingTime=self.config.sink.trigger_interval)
         return writer.start()
 
+    def _batch(self, df: Any, batch_id: int) -> None:
+        # A batch that starts after a stop was requested is refused before it writes
+        # anything: Spark has not committed it, so the next run plans it again.
+        if self.stop_requested.is_set():
+            raise _StopRequested(f"stop requested before batch {batch_id}")
+        self.sink(df, batch_id)
+        self.last_batch_id = batch_id
+
     def run(self, available_now: bool = False, timeout: float | None = None) -> None:
         """Run until the query ends (``available_now``: everything available is
-        committed), then save the primary-key index. A query error is re-raised as
-        ``StreamFailedError`` with the cause chained."""
+        committed), ``stop_requested`` is set (the query stops between batches), or
+        ``timeout`` passes; then save the primary-key index. A query error is re-raised
+        as ``StreamFailedError`` with the cause chained; KeyboardInterrupt stops the
+        query and propagates."""
         from pyspark.errors import StreamingQueryException
 
         query = self.start(available_now)
+        deadline = time.monotonic() + timeout if timeout else None
         try:
-            finished = query.awaitTermination(timeout) if timeout else query.awaitTermination()
-            if timeout and not finished and query.isActive:
-                raise StreamFailedError(f"the stream did not finish within {timeout:.0f}s")
+            while not query.awaitTermination(_POLL_S):
+                if self.stop_requested.is_set():
+                    _stop_between_batches(query)
+                    return
+                if deadline is not None and time.monotonic() > deadline:
+                    raise StreamFailedError(f"the stream did not finish within {timeout:.0f}s")
         except StreamingQueryException as failure:
+            if self.stop_requested.is_set() and _StopRequested.__name__ in str(failure):
+                return
             raise StreamFailedError(f"stream into {self.table.name} failed: {failure}") from failure
-        except KeyboardInterrupt:
-            log.info("interrupted: stopping the query after the batch in flight")
         finally:
             if query.isActive:
                 query.stop()
             self.sink.close()
+
+    def close(self) -> None:
+        """Stop the metrics endpoint (``run()`` leaves it up for a last scrape)."""
+        if self.sink.metrics is not None:
+            self.sink.metrics.close()
 
 
 def build_pipeline(
@@ -153,7 +217,24 @@ def build_pipeline(
 ) -> Pipeline:
     """Open the catalog, create or check the table and the dead-letter table, and build
     the sink. A new table with ``infer_schema`` samples the topic first."""
+    sink = build_sink(config, on_batch=on_batch)
+    return Pipeline(config, spark or spark_session(config.spark), sink.table, sink)
+
+
+def build_sink(
+    config: CalvingConfig,
+    *,
+    on_batch: Callable[[BatchStats], None] | None = None,
+    sink_class: type[CalvingSink] = CalvingSink,
+    **sink_options: Any,
+) -> CalvingSink:
+    """The table (created or brought up to the config), the dead-letter table and the
+    ``foreachBatch`` sink, without a Spark session (``calving.sink()`` passes its own
+    ``sink_class`` and options)."""
     table_cfg = config.table
+    # Locations calving must write are checked before the catalog, namespace or table
+    # is created (a failing pipeline leaves nothing behind).
+    validate_before_create(config)
     io = file_io(table_cfg)
     catalog = open_catalog(table_cfg, io)
     sample = None
@@ -175,16 +256,18 @@ def build_pipeline(
         else None
     )
     sink_cfg = config.sink
-    sink = CalvingSink(
+    return sink_class(
         table,
         functools.partial(build_decoder, config.format),
         sink_cfg.writer_id,
         dead_letter_table=dead_letters,
         dead_letter_topic=sink_cfg.dead_letter_topic,
+        dead_letter_max_bytes=sink_cfg.dead_letter_max_bytes,
         kafka_config=config.source.kafka_client_config() if sink_cfg.dead_letter_topic else None,
         key_partitions=sink_cfg.key_partitions,
         index_save_every=sink_cfg.index_save_every,
         evolve_schema=sink_cfg.evolve_schema,
         on_batch=on_batch,
+        metrics=metrics_for(config),
+        **sink_options,
     )
-    return Pipeline(config, spark or spark_session(config.spark), table, sink)

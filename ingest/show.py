@@ -6,9 +6,9 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable, Sequence
 
-from commit.table.ledger import LEDGER_PREFIX, all_ledgers
-from commit.table.table import Table
-from ingest.config.type_strings import type_text
+from calving.commit.table.ledger import LEDGER_PREFIX, all_ledgers
+from calving.commit.table.table import Table
+from calving.ingest.config.type_strings import type_text
 
 
 def describe_table(table: Table, *, snapshots: int = 10, files: bool = False) -> str:

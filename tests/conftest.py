@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from commit.catalog import FilesystemCatalog, SqlCatalog
-from commit.io import FileIO
+from calving.commit.catalog import FilesystemCatalog, SqlCatalog
+from calving.commit.io import FileIO
 
 
 @pytest.fixture(scope="session")

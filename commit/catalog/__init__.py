@@ -1,9 +1,9 @@
 """Catalogs: where a table's current metadata location lives and is swapped atomically."""
 
-from commit.catalog.base import Catalog, Namespace, TableIdent
-from commit.catalog.faults import FaultPlan, SwapFault
-from commit.catalog.filesystem import FilesystemCatalog
-from commit.catalog.sql import SqlCatalog
+from calving.commit.catalog.base import Catalog, Namespace, TableIdent
+from calving.commit.catalog.faults import FaultPlan, SwapFault
+from calving.commit.catalog.filesystem import FilesystemCatalog
+from calving.commit.catalog.sql import SqlCatalog
 
 __all__ = [
     "Catalog",

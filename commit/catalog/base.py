@@ -29,12 +29,12 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from commit.errors import InvalidIdentifierError, NamespaceAlreadyExistsError
-from commit.io import FileIO
+from calving.commit.errors import InvalidIdentifierError, NamespaceAlreadyExistsError
+from calving.commit.io import FileIO
 
 if TYPE_CHECKING:
-    from commit.catalog.faults import FaultPlan
-    from commit.spec.metadata import TableMetadata
+    from calving.commit.catalog.faults import FaultPlan
+    from calving.commit.spec.metadata import TableMetadata
 
 TableIdent = tuple[str, ...]  # namespace parts + table name
 Namespace = tuple[str, ...]
@@ -163,7 +163,7 @@ class Catalog(abc.ABC):
         """The current metadata location (``NoSuchTableError``)."""
 
     def table_exists(self, ident: TableIdent) -> bool:
-        from commit.errors import NoSuchTableError
+        from calving.commit.errors import NoSuchTableError
 
         try:
             self.load_metadata_location(ident)

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from commit.errors import CatalogUnavailableError, CommitStateUnknownError
+from calving.commit.errors import CatalogUnavailableError, CommitStateUnknownError
 
 
 class SwapFault(enum.Enum):

@@ -37,8 +37,8 @@ import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from commit import faults as global_faults
-from commit.catalog.base import (
+from calving.commit import faults as global_faults
+from calving.commit.catalog.base import (
     Catalog,
     Namespace,
     TableIdent,
@@ -46,8 +46,8 @@ from commit.catalog.base import (
     check_namespace,
     ident_name,
 )
-from commit.catalog.faults import FaultPlan, SwapHook, guarded_swap
-from commit.errors import (
+from calving.commit.catalog.faults import FaultPlan, SwapHook, guarded_swap
+from calving.commit.errors import (
     CalvingError,
     CatalogUnavailableError,
     CommitStateUnknownError,
@@ -63,10 +63,10 @@ from commit.errors import (
     TableAlreadyExistsError,
     UnsupportedFeatureError,
 )
-from commit.io import LOCAL_SCHEME, FileIO, local_path, scheme_of, to_uri
+from calving.commit.io import LOCAL_SCHEME, FileIO, local_path, scheme_of, to_uri
 
 if TYPE_CHECKING:
-    from commit.spec.metadata import TableMetadata
+    from calving.commit.spec.metadata import TableMetadata
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from commit import faults as global_faults
-from commit.catalog.base import (
+from calving.commit import faults as global_faults
+from calving.commit.catalog.base import (
     Catalog,
     Namespace,
     TableIdent,
@@ -51,8 +51,8 @@ from commit.catalog.base import (
     split_ident,
     table_location_of,
 )
-from commit.catalog.faults import FaultPlan, SwapHook, guarded_swap
-from commit.catalog.sql_database import (
+from calving.commit.catalog.faults import FaultPlan, SwapHook, guarded_swap
+from calving.commit.catalog.sql_database import (
     ICEBERG_TABLES,
     NAMESPACE_PROPERTIES,
     SCHEMA,
@@ -61,7 +61,7 @@ from commit.catalog.sql_database import (
     create_engine,
     describe_error,
 )
-from commit.errors import (
+from calving.commit.errors import (
     CalvingError,
     CatalogError,
     CatalogUnavailableError,
@@ -75,10 +75,11 @@ from commit.errors import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from commit.io import FileIO, to_uri
+from calving.commit.io import FileIO, to_uri
+from calving.commit.table.properties import TableProperties
 
 if TYPE_CHECKING:
-    from commit.spec.metadata import TableMetadata
+    from calving.commit.spec.metadata import TableMetadata
 
 log = logging.getLogger(__name__)
 
@@ -437,7 +438,7 @@ class SqlCatalog(Catalog):
         ``current``'s (Iceberg's naming), made unique by the UUID."""
         directory = None
         if metadata is not None:
-            directory = metadata.properties.get("write.metadata.path") or (
+            directory = TableProperties(metadata.properties).write_metadata_path or (
                 metadata.location.rstrip("/") + "/metadata"
             )
         if directory is None:

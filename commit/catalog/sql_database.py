@@ -10,7 +10,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from commit.errors import ConfigError
+from calving.commit.errors import ConfigError
 
 SCHEMA = sa.MetaData()
 ICEBERG_TABLES = sa.Table(

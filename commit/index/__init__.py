@@ -4,12 +4,13 @@
 ``store``: saving it with the table, loading, rebuilding and catching up.
 """
 
-from commit.index.keys import KeyHasher, KeyTypeError, NullKeyError, partition_of
-from commit.index.pk_index import IndexUpdateError, Matches, PrimaryKeyIndex
-from commit.index.store import (
+from calving.commit.index.keys import KeyHasher, KeyTypeError, NullKeyError, partition_of
+from calving.commit.index.pk_index import IndexUpdateError, Matches, PrimaryKeyIndex
+from calving.commit.index.store import (
     INDEX_LOCATION_PROPERTY,
     IndexMismatchError,
     StaleIndexError,
+    UnreadableIndexError,
     build_from_table,
     catch_up,
     load,
@@ -28,6 +29,7 @@ __all__ = [
     "NullKeyError",
     "PrimaryKeyIndex",
     "StaleIndexError",
+    "UnreadableIndexError",
     "build_from_table",
     "catch_up",
     "load",

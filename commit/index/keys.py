@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from commit.errors import SchemaError, Terminal
-from commit.spec.types import PrimitiveType
+from calving.commit.errors import SchemaError, Terminal
+from calving.commit.spec.arrow import primitive_to_arrow
+from calving.commit.spec.types import PrimitiveType
 
 INT_LIKE = frozenset(
     {"int", "long", "date", "time", "timestamp", "timestamptz", "timestamp_ns", "timestamptz_ns"}
@@ -269,10 +270,10 @@ class KeyHasher:
 
     def hash_ints(self, values: np.ndarray) -> np.ndarray:
         # Order-preserving and invertible; the index searches int keys by value.
-        return values.view(np.uint64) ^ _SIGN  # type: ignore[no-any-return]
+        return values.view(np.uint64) ^ _SIGN
 
     def int_from_hash(self, hashes: np.ndarray) -> np.ndarray:
-        return (hashes ^ _SIGN).view(np.int64)  # type: ignore[no-any-return]
+        return (hashes ^ _SIGN).view(np.int64)
 
     def hash_bytes(self, keys: ByteKeys) -> np.ndarray:
         n = len(keys)
@@ -299,22 +300,10 @@ def partition_of(hashes: np.ndarray, num_partitions: int) -> np.ndarray:
     if num_partitions < 1:
         raise ValueError(f"num_partitions must be positive, got {num_partitions}")
     mixed = fmix64(hashes.astype(np.uint64, copy=True))
-    return (mixed % np.uint64(num_partitions)).astype(np.int64)  # type: ignore[no-any-return]
+    return (mixed % np.uint64(num_partitions)).astype(np.int64)
 
 
 # ---------------------------------------------------------------- encoding
-
-
-_INT_TARGETS: dict[str, pa.DataType] = {
-    "int": pa.int32(),
-    "long": pa.int64(),
-    "date": pa.date32(),
-    "time": pa.time64("us"),
-    "timestamp": pa.timestamp("us"),
-    "timestamptz": pa.timestamp("us", tz="UTC"),
-    "timestamp_ns": pa.timestamp("ns"),
-    "timestamptz_ns": pa.timestamp("ns", tz="UTC"),
-}
 
 
 class KeyCodec:
@@ -396,7 +385,7 @@ class KeyCodec:
 
     def _int_values(self, i: int, col: pa.Array) -> np.ndarray:
         t = self.key_types[i]
-        typed = self._cast(i, col, _INT_TARGETS[t.name])
+        typed = self._cast(i, col, primitive_to_arrow(t))
         if t.name in ("int", "date"):
             typed = typed.cast(pa.int32()).cast(pa.int64())
         else:

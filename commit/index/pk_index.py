@@ -35,8 +35,8 @@ import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap64
 
-from commit.errors import Terminal, UnsupportedFeatureError
-from commit.index.keys import (
+from calving.commit.errors import Terminal, UnsupportedFeatureError
+from calving.commit.index.keys import (
     DEFAULT_HASHER,
     ByteKeys,
     IntKeys,
@@ -44,7 +44,7 @@ from commit.index.keys import (
     KeyHasher,
     Keys,
 )
-from commit.spec.types import PrimitiveType
+from calving.commit.spec.types import PrimitiveType
 
 MAX_POSITION = (1 << 32) - 1
 

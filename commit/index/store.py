@@ -1,27 +1,40 @@
 """The index and the table: save and load it beside the metadata, rebuild it from the
 data files, and catch it up to a newer snapshot.
 
-File: ``<table location>/metadata/calving-index/<snapshot-id>-<uuid>.arrow``, an Arrow IPC
-file (zstd) with columns ``key`` (int64 for a one-column integer key, else the canonical
-key bytes as large_binary), ``file`` (uint32, into the file table) and ``position``
-(uint32), and schema metadata: ``calving.index.format`` (1), ``calving.table-uuid``,
-``calving.snapshot-id``, ``calving.key-field-ids`` and ``calving.key-types`` (JSON), and
-``calving.files`` (JSON ``[[path, row count], ...]``). Hashes are not stored: they are
-recomputed on load, so a file never depends on the hash function of the writer.
+File: ``<table location>/metadata/calving-index/<snapshot-id>-<uuid>.calvidx``, format 2:
+
+* a 20-byte header: the magic ``CALVIDX\\0``, the format version (uint32 LE, 2) and the
+  payload length (uint64 LE);
+* the payload: an Arrow IPC file (zstd) with columns ``key`` (int64 for a one-column
+  integer key, else the canonical key bytes as large_binary), ``file`` (uint32, into the
+  file table) and ``position`` (uint32), and schema metadata: ``calving.index.format``,
+  ``calving.table-uuid``, ``calving.snapshot-id``, ``calving.key-field-ids`` and
+  ``calving.key-types`` (JSON), and ``calving.files`` (JSON ``[[path, row count], ...]``);
+* a CRC-32 (zlib, uint32 LE) of header and payload.
+
+The checksum is verified before anything else is parsed, so no corruption a CRC-32
+detects (every error in up to 32 consecutive bits) is ever read as entries. Hashes are not
+stored: they are recomputed on load, so a file never depends on the hash function of the
+writer. Format 1 files (a bare Arrow IPC file, no checksum) are not read: the index is
+rebuilt from the table.
 
 The commit that changes the table records the current index file in the table property
 ``calving.index.location``. ``load`` checks the file against the table: same UUID and key,
 snapshot id equal to the current one (else ``StaleIndexError``, carrying the loaded index
 so ``catch_up`` can bring it forward) and, from manifests alone, the same live data files
 with ``record_count - deletion vector cardinality`` rows each, which catches a file saved
-for a commit that then landed on another parent.
+for a commit that then landed on another parent. A file that cannot be read or trusted is
+``UnreadableIndexError``; ``open_index`` turns it (and every other reason not to use the
+file) into a rebuild from the data files, logged as one warning.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import struct
 import uuid
+import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,9 +43,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from commit.errors import (
+from calving.commit.errors import (
     CalvingError,
     CorruptFileError,
     FileIOError,
@@ -41,20 +53,25 @@ from commit.errors import (
     Terminal,
     UnsupportedFeatureError,
 )
-from commit.index.keys import ByteKeys, IntKeys, KeyCodec, Keys
-from commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
-from commit.io import FileIO
-from commit.spec.data_file import DataFile
-from commit.spec.metadata import TableMetadata
-from commit.spec.types import PrimitiveType, primitive_from_string
-from commit.table import scan
+from calving.commit.index.keys import ByteKeys, IntKeys, KeyCodec, Keys
+from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
+from calving.commit.io import FileIO
+from calving.commit.spec.arrow import FIELD_ID_KEY
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.types import PrimitiveType, primitive_from_string
+from calving.commit.table import scan
+from calving.commit.table.data_files import read_data_file
 
 log = logging.getLogger(__name__)
 
 INDEX_LOCATION_PROPERTY = "calving.index.location"
 INDEX_DIRECTORY = "metadata/calving-index"
-FORMAT_VERSION = "1"
-_FIELD_ID = b"PARQUET:field_id"
+FORMAT_VERSION = 2
+_MAGIC = b"CALVIDX\0"
+_HEADER = struct.Struct("<8sIQ")  # magic, format version, payload length
+_CHECKSUM = struct.Struct("<I")  # CRC-32 of header and payload
+_ARROW_MAGIC = b"ARROW1"  # a format 1 file: a bare Arrow IPC file
 _MD_FORMAT = b"calving.index.format"
 _MD_UUID = b"calving.table-uuid"
 _MD_SNAPSHOT = b"calving.snapshot-id"
@@ -84,6 +101,12 @@ class StaleIndexError(CalvingError):
             f"{location}: index of snapshot {index_snapshot_id}, "
             f"table is at snapshot {table_snapshot_id}"
         )
+
+
+class UnreadableIndexError(CorruptFileError):
+    """The index file cannot be trusted: unreadable, truncated, of an older or unknown
+    format, failing its checksum, or malformed. Rebuild the index from the table
+    (``open_index`` does)."""
 
 
 class IndexMismatchError(Terminal):
@@ -118,7 +141,7 @@ def key_spec(
 
 
 def index_file_location(table_location: str, snapshot_id: int | None) -> str:
-    name = f"{'none' if snapshot_id is None else snapshot_id}-{uuid.uuid4()}.arrow"
+    name = f"{'none' if snapshot_id is None else snapshot_id}-{uuid.uuid4()}.calvidx"
     return f"{table_location.rstrip('/')}/{INDEX_DIRECTORY}/{name}"
 
 
@@ -128,7 +151,7 @@ def save(io: FileIO, index: PrimaryKeyIndex, table_location: str) -> str:
         raise IndexUpdateError("the index has no table_uuid; set it before saving")
     keys, file_index, positions, files = index.export_entries()
     metadata = {
-        _MD_FORMAT: FORMAT_VERSION,
+        _MD_FORMAT: str(FORMAT_VERSION),
         _MD_UUID: index.table_uuid,
         _MD_SNAPSHOT: "" if index.snapshot_id is None else str(index.snapshot_id),
         _MD_KEY_IDS: json.dumps(list(index.key_field_ids)),
@@ -145,14 +168,72 @@ def save(io: FileIO, index: PrimaryKeyIndex, table_location: str) -> str:
     location = index_file_location(table_location, index.snapshot_id)
     options = pa.ipc.IpcWriteOptions(compression="zstd")
     try:
-        with (
-            io.new_output_stream(location) as sink,
-            pa.ipc.new_file(sink, table.schema, options=options) as writer,
-        ):
+        payload = pa.BufferOutputStream()
+        with pa.ipc.new_file(payload, table.schema, options=options) as writer:
             writer.write_table(table, max_chunksize=1 << 20)
+        body = payload.getvalue()
+        header = _HEADER.pack(_MAGIC, FORMAT_VERSION, body.size)
+        checksum = _CHECKSUM.pack(zlib.crc32(body, zlib.crc32(header)))
+        with io.new_output_stream(location) as sink:
+            for part in (header, body, checksum):
+                sink.write(part)
     except (OSError, pa.ArrowException) as err:
         raise FileIOError(f"{location}: writing the index failed: {err}") from err
     return location
+
+
+def read_index_table(io: FileIO, location: str) -> pa.Table:
+    """The Arrow table inside the index file at ``location``, once its checksum, magic,
+    version and length are verified. ``UnreadableIndexError`` on any read or integrity
+    failure; ``FileNotFoundInTableError`` when the file does not exist."""
+    try:
+        data = io.read(location)
+    except FileNotFoundInTableError:
+        raise
+    except (CalvingError, OSError) as err:
+        raise UnreadableIndexError(location, f"cannot read: {_one_line(err)}") from None
+    payload = _verified_payload(location, data)
+    try:
+        table = pa.ipc.open_file(pa.py_buffer(payload)).read_all()
+        table.validate(full=True)  # offsets in range: no entry decoding reads past a buffer
+        return table
+    except (OSError, ValueError, pa.ArrowException) as err:
+        # OSError: pyarrow's ArrowIOError (e.g. a failed decompression) is a bare OSError.
+        raise UnreadableIndexError(
+            location, f"payload is not an Arrow IPC file: {_one_line(err)}"
+        ) from None
+
+
+def _verified_payload(location: str, data: bytes) -> memoryview:
+    """The payload of a format 2 file, or ``UnreadableIndexError`` saying why not."""
+    if data.startswith(_ARROW_MAGIC):
+        raise UnreadableIndexError(
+            location, "index format 1 (no checksum), written by an older calving"
+        )
+    framing = _HEADER.size + _CHECKSUM.size
+    if len(data) < framing:
+        raise UnreadableIndexError(location, f"truncated: {len(data)} bytes")
+    view = memoryview(data)
+    (stored,) = _CHECKSUM.unpack(view[-_CHECKSUM.size :])
+    computed = zlib.crc32(view[: -_CHECKSUM.size])
+    if stored != computed:
+        raise UnreadableIndexError(
+            location, f"checksum mismatch (stored {stored:08x}, computed {computed:08x})"
+        )
+    magic, version, length = _HEADER.unpack_from(view)
+    if magic != _MAGIC:
+        raise UnreadableIndexError(location, f"not a calving index file (magic {magic!r})")
+    if version != FORMAT_VERSION:
+        raise UnreadableIndexError(location, f"unknown index format {version}")
+    if length != len(data) - framing:
+        raise UnreadableIndexError(
+            location, f"payload of {length} bytes in a file of {len(data)} bytes"
+        )
+    return view[_HEADER.size : -_CHECKSUM.size]
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split())
 
 
 def load(
@@ -166,54 +247,73 @@ def load(
 ) -> PrimaryKeyIndex:
     """Load the index at ``location`` (the one the table property names) for this table.
 
-    Raises ``IndexMismatchError`` (other table or key, or content that does not fit the
-    snapshot), ``StaleIndexError`` (older snapshot), ``CorruptFileError`` or
-    ``FileNotFoundInTableError``. ``options`` go to ``PrimaryKeyIndex``.
+    Raises ``UnreadableIndexError`` (cannot be read or trusted), ``IndexMismatchError``
+    (other table or key, or content that does not fit the snapshot), ``StaleIndexError``
+    (older snapshot) or ``FileNotFoundInTableError``. ``options`` go to
+    ``PrimaryKeyIndex``.
     """
-    try:
-        table = pa.ipc.open_file(pa.BufferReader(io.read(location))).read_all()
-    except pa.ArrowException as err:
-        raise CorruptFileError(location, f"not an Arrow IPC index file: {err}") from None
-    md = table.schema.metadata or {}
-    if md.get(_MD_FORMAT) != FORMAT_VERSION.encode():
-        raise CorruptFileError(location, f"unknown index format {md.get(_MD_FORMAT)!r}")
-    try:
-        table_uuid = md[_MD_UUID].decode()
-        snapshot_text = md[_MD_SNAPSHOT].decode()
-        snapshot_id = int(snapshot_text) if snapshot_text else None
-        stored_ids = tuple(int(i) for i in json.loads(md[_MD_KEY_IDS]))
-        stored_types = [primitive_from_string(t) for t in json.loads(md[_MD_KEY_TYPES])]
-        files = [(str(p), int(n)) for p, n in json.loads(md[_MD_FILES])]
-    except (KeyError, ValueError, TypeError, SchemaError) as err:
-        raise CorruptFileError(location, f"index metadata is malformed: {err!r}") from None
-    if table_uuid != metadata.table_uuid:
+    table = read_index_table(io, location)
+    header = _IndexHeader.parse(location, table.schema.metadata or {})
+    if header.table_uuid != metadata.table_uuid:
         raise IndexMismatchError(
-            f"{location}: index of table {table_uuid}, not {metadata.table_uuid}"
+            f"{location}: index of table {header.table_uuid}, not {metadata.table_uuid}"
         )
     ids, types = key_spec(metadata, key_field_ids)
-    if stored_ids != ids or (
-        KeyCodec(stored_types).encoding_class() != KeyCodec(types).encoding_class()
+    if header.key_field_ids != ids or (
+        KeyCodec(header.key_types).encoding_class() != KeyCodec(types).encoding_class()
     ):
         raise IndexMismatchError(
-            f"{location}: index of key {stored_ids} {[str(t) for t in stored_types]}, wanted {ids}"
+            f"{location}: index of key {header.key_field_ids} "
+            f"{[str(t) for t in header.key_types]}, wanted {ids}"
         )
     index = _from_table(
         location,
         table,
         ids,
         types,
-        files,
-        table_uuid=table_uuid,
-        snapshot_id=snapshot_id,
+        header.files,
+        table_uuid=header.table_uuid,
+        snapshot_id=header.snapshot_id,
         **options,
     )
-    if snapshot_id != metadata.current_snapshot_id:
-        raise StaleIndexError(location, snapshot_id, metadata.current_snapshot_id, index)
+    if header.snapshot_id != metadata.current_snapshot_id:
+        raise StaleIndexError(location, header.snapshot_id, metadata.current_snapshot_id, index)
     if verify_files:
         problem = mismatch_with_table(io, index, metadata)
         if problem:
             raise IndexMismatchError(f"{location}: {problem}")
     return index
+
+
+@dataclass(frozen=True)
+class _IndexHeader:
+    """The schema metadata of an index file's Arrow payload."""
+
+    table_uuid: str
+    snapshot_id: int | None
+    key_field_ids: tuple[int, ...]
+    key_types: tuple[PrimitiveType, ...]
+    files: list[tuple[str, int]]
+
+    @classmethod
+    def parse(cls, location: str, md: dict[bytes, bytes]) -> _IndexHeader:
+        if md.get(_MD_FORMAT) != str(FORMAT_VERSION).encode():
+            raise UnreadableIndexError(
+                location, f"unknown index format {md.get(_MD_FORMAT)!r} in the payload"
+            )
+        try:
+            snapshot_text = md[_MD_SNAPSHOT].decode()
+            return cls(
+                table_uuid=md[_MD_UUID].decode(),
+                snapshot_id=int(snapshot_text) if snapshot_text else None,
+                key_field_ids=tuple(int(i) for i in json.loads(md[_MD_KEY_IDS])),
+                key_types=tuple(primitive_from_string(t) for t in json.loads(md[_MD_KEY_TYPES])),
+                files=[(str(p), int(n)) for p, n in json.loads(md[_MD_FILES])],
+            )
+        except (KeyError, ValueError, TypeError, SchemaError) as err:
+            raise UnreadableIndexError(
+                location, f"index metadata is malformed: {_one_line(err)}"
+            ) from None
 
 
 def _from_table(
@@ -236,8 +336,10 @@ def _from_table(
         return PrimaryKeyIndex.from_entries(
             ids, types, keys, file_index, positions, files, **options
         )
-    except (KeyError, pa.ArrowException, IndexUpdateError) as err:
-        raise CorruptFileError(location, f"index entries are malformed: {err}") from None
+    except (KeyError, ValueError, TypeError, OSError, pa.ArrowException, IndexUpdateError) as err:
+        raise UnreadableIndexError(
+            location, f"index entries are malformed: {_one_line(err)}"
+        ) from None
 
 
 def load_current(
@@ -260,7 +362,7 @@ def open_index(
     except StaleIndexError as stale:
         return catch_up(io, stale.index, metadata)
     except (FileNotFoundInTableError, CorruptFileError, IndexMismatchError) as err:
-        log.warning("rebuilding the primary-key index: %s", err)
+        log.warning("primary-key index not used, rebuilding it from the table: %s", err)
         index = None
     if index is None:
         index = build_from_table(io, metadata, key_field_ids, **options)
@@ -441,27 +543,13 @@ def read_key_columns(io: FileIO, data_file: DataFile, key_field_ids: Sequence[in
     """The key columns of a Parquet data file, found by Parquet field id (not by name),
     as a table with one column per key field, in key order."""
     location = data_file.file_path
-    if data_file.file_format.upper() != "PARQUET":
-        raise UnsupportedFeatureError(
-            f"{location}: {data_file.file_format} data files cannot be indexed (Parquet only)"
-        )
-    fs, path = io.resolve(location)
-    try:
-        with fs.open_input_file(path) as f:
-            parquet = pq.ParquetFile(f)
-            paths = [_field_path(parquet.schema_arrow, fid, location) for fid in key_field_ids]
-            tops = list(dict.fromkeys(p[0] for p in paths))
-            table = parquet.read(columns=tops, use_threads=False)
-    except FileNotFoundError:
-        raise FileNotFoundInTableError(location) from None
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-        raise CorruptFileError(location, f"cannot read key columns: {err}") from None
-    except (OSError, pa.ArrowException) as err:
-        raise FileIOError(f"{location}: reading key columns failed: {err}") from err
-    if table.num_rows != data_file.record_count:
-        raise CorruptFileError(
-            location, f"{table.num_rows} rows, the manifest says {data_file.record_count}"
-        )
+    paths: list[tuple[str, ...]] = []
+
+    def key_tops(schema: pa.Schema) -> list[str]:
+        paths.extend(_field_path(schema, fid, location) for fid in key_field_ids)
+        return list(dict.fromkeys(p[0] for p in paths))
+
+    table = read_data_file(io, data_file, "the primary-key index", key_tops)
     columns = []
     for names in paths:
         column: Any = table.column(names[0])
@@ -476,7 +564,7 @@ def _field_path(schema: pa.Schema, field_id: int, location: str) -> tuple[str, .
 
     def search(fields: Sequence[pa.Field], prefix: tuple[str, ...]) -> tuple[str, ...] | None:
         for f in fields:
-            if (f.metadata or {}).get(_FIELD_ID) == wanted:
+            if (f.metadata or {}).get(FIELD_ID_KEY) == wanted:
                 return prefix + (f.name,)
             if pa.types.is_struct(f.type):
                 found = search(

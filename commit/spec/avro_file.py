@@ -22,7 +22,7 @@ from typing import Any
 
 import fastavro
 
-from commit.errors import CorruptFileError, UnsupportedFeatureError
+from calving.commit.errors import CorruptFileError, UnsupportedFeatureError
 
 MAGIC = b"Obj\x01"
 SYNC_SIZE = 16

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from commit.errors import SchemaError
-from commit.spec.types import PrimitiveType, StructType, decimal, fixed
+from calving.commit.errors import SchemaError
+from calving.commit.spec.types import PrimitiveType, StructType, decimal, fixed
 
 AvroType = Any  # str | list | dict, as in Avro schema JSON
 

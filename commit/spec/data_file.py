@@ -1,7 +1,7 @@
 """The content of manifests and manifest lists, as plain frozen values.
 
 Partition tuples hold values in partition-spec field order, in calving's internal
-representation (see ``commit.spec.values``): ints for dates, times and timestamps,
+representation (see ``calving.commit.spec.values``): ints for dates, times and timestamps,
 ``Decimal``, ``uuid.UUID``, ``bytes`` for fixed and binary. Bounds are already
 single-value serialized bytes.
 """

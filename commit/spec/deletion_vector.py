@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 
 from pyroaring import BitMap, BitMap64
 
-from commit.errors import CorruptFileError
-from commit.spec.puffin import PuffinWriter, read_blob, read_footer
+from calving.commit.errors import CorruptFileError
+from calving.commit.spec.puffin import PuffinWriter, read_blob, read_footer
 
 DV_BLOB_TYPE = "deletion-vector-v1"
 DV_MAGIC = b"\xd1\xd3\x39\x64"

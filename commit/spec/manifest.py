@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from commit.errors import CorruptFileError, SchemaError
-from commit.spec.avro_file import AvroContainer, read_container, write_container
-from commit.spec.avro_schemas import (
+from calving.commit.errors import CorruptFileError, SchemaError
+from calving.commit.spec.avro_file import AvroContainer, read_container, write_container
+from calving.commit.spec.avro_schemas import (
     DATA_FILE_FIELD_ID,
     DATA_FILE_FIELDS,
     ENTRY_FIELDS,
@@ -26,7 +26,7 @@ from commit.spec.avro_schemas import (
     manifest_entry_schema,
     non_null,
 )
-from commit.spec.data_file import (
+from calving.commit.spec.data_file import (
     DataFile,
     EntryStatus,
     FileContent,
@@ -34,8 +34,8 @@ from commit.spec.data_file import (
     ManifestEntry,
     ManifestFile,
 )
-from commit.spec.types import NestedField, PrimitiveType, StructType
-from commit.spec.values import decimal_from_unscaled, unscaled_value
+from calving.commit.spec.types import NestedField, PrimitiveType, StructType
+from calving.commit.spec.values import decimal_from_unscaled, unscaled_value
 
 # What decoding a well-framed file with ill-fitting records can raise.
 _MALFORMED = (

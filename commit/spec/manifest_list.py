@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from commit.errors import CorruptFileError, SchemaError
-from commit.spec.avro_file import read_container, write_container
-from commit.spec.avro_schemas import (
+from calving.commit.errors import CorruptFileError, SchemaError
+from calving.commit.spec.avro_file import read_container, write_container
+from calving.commit.spec.avro_schemas import (
     FIELD_SUMMARY_FIELDS,
     FORMAT_VERSIONS,
     MANIFEST_FILE_FIELDS,
@@ -17,7 +17,7 @@ from commit.spec.avro_schemas import (
     RecordFields,
     manifest_file_schema,
 )
-from commit.spec.data_file import FieldSummary, ManifestContent, ManifestFile
+from calving.commit.spec.data_file import FieldSummary, ManifestContent, ManifestFile
 
 _MALFORMED = (
     SchemaError,

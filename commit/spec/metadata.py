@@ -13,16 +13,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from commit.errors import CorruptFileError, SchemaError, UnsupportedFeatureError
-from commit.spec.partition import PartitionSpec
-from commit.spec.schema import Schema
-from commit.spec.snapshot import (
+from calving.commit.errors import CorruptFileError, SchemaError, UnsupportedFeatureError
+from calving.commit.spec.partition import PartitionSpec
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.snapshot import (
     MetadataLogEntry,
     Snapshot,
     SnapshotLogEntry,
     SnapshotRef,
 )
-from commit.spec.sort_order import SortOrder
+from calving.commit.spec.sort_order import SortOrder
+from calving.commit.spec.statistics import StatisticsFile, statistics_from_json
 
 MAIN_BRANCH = "main"
 
@@ -75,7 +76,7 @@ class TableMetadata:
     current_snapshot_id: int | None = None
     refs: Mapping[str, SnapshotRef] = field(default_factory=dict)
     snapshots: tuple[Snapshot, ...] = ()
-    statistics: tuple[Mapping[str, Any], ...] = ()
+    statistics: tuple[StatisticsFile, ...] = ()
     partition_statistics: tuple[Mapping[str, Any], ...] = ()
     snapshot_log: tuple[SnapshotLogEntry, ...] = ()
     metadata_log: tuple[MetadataLogEntry, ...] = ()
@@ -173,7 +174,7 @@ def metadata_to_json(m: TableMetadata, *, histories: bool = True) -> dict[str, A
         "current-snapshot-id": -1 if m.current_snapshot_id is None else m.current_snapshot_id,
         "refs": {name: ref.to_json() for name, ref in m.refs.items()},
         "snapshots": [s.to_json() for s in m.snapshots] if histories else [],
-        "statistics": [dict(s) for s in m.statistics],
+        "statistics": [s.to_json() for s in m.statistics],
         "partition-statistics": [dict(s) for s in m.partition_statistics],
         "snapshot-log": [e.to_json() for e in m.snapshot_log] if histories else [],
         "metadata-log": [e.to_json() for e in m.metadata_log],
@@ -285,7 +286,7 @@ def _from_json(obj: dict[str, Any], source: str) -> TableMetadata:
         current_snapshot_id=current_id,
         refs=refs,
         snapshots=snapshots,
-        statistics=tuple(obj.get("statistics") or ()),
+        statistics=tuple(statistics_from_json(s, source) for s in obj.get("statistics") or ()),
         partition_statistics=tuple(obj.get("partition-statistics") or ()),
         snapshot_log=tuple(
             SnapshotLogEntry(int(e["timestamp-ms"]), int(e["snapshot-id"]))

@@ -2,7 +2,7 @@
 rows or Arrow columns, and Hive-style partition paths.
 
 Partition tuples hold values in calving's internal representation (see
-``commit.spec.values``), one per spec field, in spec field order.
+``calving.commit.spec.values``), one per spec field, in spec field order.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from commit.errors import SchemaError, UnsupportedFeatureError
-from commit.spec.schema import Schema
-from commit.spec.transforms import (
+from calving.commit.errors import SchemaError, UnsupportedFeatureError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.transforms import (
     IDENTITY,
     VOID,
     Binder,
@@ -25,7 +25,7 @@ from commit.spec.transforms import (
     parse_transform,
     truncate,
 )
-from commit.spec.types import NestedField, PrimitiveType, StructType
+from calving.commit.spec.types import NestedField, PrimitiveType, StructType
 
 FIRST_PARTITION_FIELD_ID = 1000
 # ``last-partition-id`` of a table that never had a partition field.

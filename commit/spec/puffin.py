@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 
 import lz4.frame
 
-from commit.errors import CorruptFileError, UnsupportedFeatureError
+from calving.commit.errors import CorruptFileError, UnsupportedFeatureError
 
 MAGIC = b"PFA1"
 CREATED_BY = "calving 0.1.0"

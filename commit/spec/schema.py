@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
-from commit.errors import SchemaError
-from commit.spec.types import (
+from calving.commit.errors import SchemaError
+from calving.commit.spec.types import (
     IcebergType,
     ListType,
     MapType,
@@ -30,9 +30,10 @@ class Schema:
                 raise SchemaError(f"field id {f.field_id} ({f.name!r}) is used twice")
             seen.add(f.field_id)
         for fid in self.identifier_field_ids:
-            f = self.find_field(fid)
-            if f is None:
+            ident = self.find_field(fid)
+            if ident is None:
                 raise SchemaError(f"identifier field id {fid} is not in the schema")
+            f = ident
             if not isinstance(f.field_type, PrimitiveType):
                 raise SchemaError(f"identifier field {f.name!r} must be a primitive")
             if f.field_type.name in ("float", "double"):
@@ -102,6 +103,52 @@ class Schema:
             )
         except KeyError as exc:
             raise SchemaError(f"schema JSON lacks key {exc.args[0]!r}") from None
+
+
+# ---------------------------------------------------------------- fresh field ids
+
+
+class FieldIds:
+    """Hands out fresh field ids above ``last`` (e.g. a table's last-column-id);
+    ``last`` is the highest id handed out so far."""
+
+    def __init__(self, last: int = 0) -> None:
+        self.last = last
+
+    def __call__(self) -> int:
+        self.last += 1
+        return self.last
+
+
+def assign_fresh_ids(
+    fields: Sequence[NestedField], next_id: Callable[[], int]
+) -> tuple[NestedField, ...]:
+    """``fields`` with every field id, nested ones included, replaced by ids from
+    ``next_id``, in Iceberg's order: the fields of a level first, then each field's
+    subtree in turn (a list's element id, a map's key and value ids, then theirs). Table
+    creation, schema inference, config types and added columns all number this way."""
+    ids = [next_id() for _ in fields]
+    return tuple(
+        replace(f, field_id=fid, field_type=assign_fresh_type_ids(f.field_type, next_id))
+        for fid, f in zip(ids, fields)
+    )
+
+
+def assign_fresh_type_ids(t: IcebergType, next_id: Callable[[], int]) -> IcebergType:
+    """``t`` with the ids of everything nested in it fresh from ``next_id`` (see
+    ``assign_fresh_ids``); a primitive is returned as it is."""
+    if isinstance(t, StructType):
+        return StructType(assign_fresh_ids(t.fields, next_id))
+    if isinstance(t, ListType):
+        element_id = next_id()
+        element = assign_fresh_type_ids(t.element_type, next_id)
+        return ListType(element_id, element, t.element_required)
+    if isinstance(t, MapType):
+        key_id, value_id = next_id(), next_id()
+        key = assign_fresh_type_ids(t.key_type, next_id)
+        value = assign_fresh_type_ids(t.value_type, next_id)
+        return MapType(key_id, key, value_id, value, t.value_required)
+    return t
 
 
 def _children(t: IcebergType) -> tuple[NestedField, ...]:

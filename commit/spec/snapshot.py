@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from commit.errors import CorruptFileError
+from calving.commit.errors import CorruptFileError
 
 OPERATIONS = ("append", "replace", "overwrite", "delete")
 
@@ -63,7 +63,7 @@ class Snapshot:
                 self.to_json(), separators=(",", ":"), ensure_ascii=False, allow_nan=False
             )
             object.__setattr__(self, "_json_text", text)
-        return text  # type: ignore[no-any-return]
+        return text
 
     @staticmethod
     def from_json(obj: Mapping[str, Any], source: str) -> Snapshot:

@@ -9,10 +9,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from commit.errors import SchemaError, UnsupportedFeatureError
-from commit.spec.schema import Schema
-from commit.spec.transforms import IDENTITY, Transform, parse_transform
-from commit.spec.types import PrimitiveType
+from calving.commit.errors import SchemaError, UnsupportedFeatureError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.transforms import IDENTITY, Transform, parse_transform
+from calving.commit.spec.types import PrimitiveType
 
 ASC = "asc"
 DESC = "desc"

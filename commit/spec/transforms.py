@@ -2,7 +2,7 @@
 hour, void.
 
 ``Transform.apply`` works on one value in calving's internal representation (see
-``commit.spec.values``), ``Transform.apply_arrow`` on a pyarrow array; both give the same
+``calving.commit.spec.values``), ``Transform.apply_arrow`` on a pyarrow array; both give the same
 results, nulls stay null. Temporal transforms use floor semantics, so instants before
 1970 land in the right (negative) year, month, day or hour.
 
@@ -23,10 +23,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from commit.errors import SchemaError, UnsupportedFeatureError
-from commit.spec.murmur3 import hash_long, hash_long_array, murmur3_32
-from commit.spec.types import DATE, INT, STRING, PrimitiveType
-from commit.spec.values import decimal_from_unscaled, min_big_endian, unscaled_value
+from calving.commit.errors import SchemaError, UnsupportedFeatureError
+from calving.commit.spec.murmur3 import hash_long, hash_long_array, murmur3_32
+from calving.commit.spec.types import DATE, INT, STRING, PrimitiveType
+from calving.commit.spec.values import decimal_from_unscaled, min_big_endian, unscaled_value
 
 KNOWN_TRANSFORMS = ("identity", "bucket", "truncate", "year", "month", "day", "hour", "void")
 _TEMPORAL = frozenset({"year", "month", "day", "hour"})

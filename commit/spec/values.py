@@ -26,8 +26,8 @@ import struct
 import uuid as _uuid
 from typing import Any
 
-from commit.errors import CorruptFileError, SchemaError
-from commit.spec.types import PrimitiveType
+from calving.commit.errors import CorruptFileError, SchemaError
+from calving.commit.spec.types import PrimitiveType
 
 _INT = struct.Struct("<i")
 _LONG = struct.Struct("<q")
@@ -63,7 +63,7 @@ def unscaled_value(value: _decimal.Decimal, scale: int) -> int:
         magnitude, dropped = divmod(magnitude, 10**-shift)
         if dropped:
             raise SchemaError(f"decimal value {value} has more than {scale} fractional digits")
-    return -magnitude if sign else magnitude
+    return int(-magnitude if sign else magnitude)
 
 
 def decimal_from_unscaled(unscaled: int, scale: int) -> _decimal.Decimal:
@@ -237,3 +237,33 @@ def _increment_bytes(prefix: bytes) -> bytes | None:
         if prefix[i] < 0xFF:
             return prefix[:i] + bytes([prefix[i] + 1])
     return None
+
+
+_FIXED_WIDTH_NUMPY = {"int": "<i4", "date": "<i4", "float": "<f4", "double": "<f8"}
+
+
+def arrow_to_bytes(ptype: PrimitiveType, array: Any) -> list[bytes]:
+    """The single-value serialization of every non-null value of a pyarrow array of
+    ``ptype``'s Arrow type, in order (what ``to_bytes`` gives for each value, a column at
+    a time: fixed-width kinds through one numpy buffer, the rest value by value)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pc.drop_null(array)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    name = ptype.name
+    dtype = _FIXED_WIDTH_NUMPY.get(name) or ("<i8" if name in _LONG_LIKE else None)
+    if dtype is not None:
+        width = 4 if dtype.endswith("4") else 8
+        if name in ("int", "date"):
+            values = values.cast(pa.int32())
+        elif name in _LONG_LIKE:
+            values = values.cast(pa.int64())
+        raw = values.to_numpy(zero_copy_only=False).astype(dtype, copy=False).tobytes()
+        return [raw[i : i + width] for i in range(0, len(raw), width)]
+    if name == "boolean":
+        return [b"\x01" if v else b"\x00" for v in values.to_pylist()]
+    if name == "string":
+        return [v.encode("utf-8") for v in values.to_pylist()]
+    return [to_bytes(ptype, v) for v in values.to_pylist()]

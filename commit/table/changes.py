@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap64
 
-from commit.spec.data_file import DataFile
+from calving.commit.spec.data_file import DataFile
 
 
 @dataclass(frozen=True)
@@ -28,11 +28,14 @@ class SnapshotChanges:
     properties: Mapping[str, str] = field(default_factory=dict)
     # Schema the added files were written with.
     schema_id: int | None = None
+    # Rewrite every manifest toward the target size, grouped by partition (maintenance).
+    rewrite_manifests: bool = False
 
     @property
     def is_empty(self) -> bool:
         return not (
-            self.added_data_files
+            self.rewrite_manifests
+            or self.added_data_files
             or self.removed_data_files
             or any(len(p) for p in self.deletes.values())
         )

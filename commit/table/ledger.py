@@ -21,8 +21,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from commit.errors import StaleWriterError
-from commit.spec.metadata import TableMetadata
+from calving.commit.errors import StaleWriterError
+from calving.commit.spec.metadata import TableMetadata
 
 LEDGER_PREFIX = "calving.ledger."
 SUMMARY_WRITER = "calving.writer-id"

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from pyroaring import BitMap64
 
-from commit.io import FileIO
-from commit.spec.data_file import (
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import (
     DataFile,
     EntryStatus,
     FileContent,
@@ -23,11 +23,12 @@ from commit.spec.data_file import (
     ManifestEntry,
     ManifestFile,
 )
-from commit.spec.deletion_vector import deserialize_dv
-from commit.spec.manifest import inherit, read_manifest
-from commit.spec.manifest_list import read_manifest_list
-from commit.spec.metadata import TableMetadata
-from commit.spec.snapshot import Snapshot
+from calving.commit.spec.deletion_vector import deserialize_dv
+from calving.commit.spec.manifest import inherit, read_manifest
+from calving.commit.spec.manifest_list import read_manifest_list
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.position_map import SUMMARY_PROPERTY as POSITION_MAP
+from calving.commit.spec.snapshot import Snapshot
 
 
 class _Lru:
@@ -131,7 +132,7 @@ def live_files(io: FileIO, metadata: TableMetadata, snapshot: Snapshot | None) -
 
 def read_dv(io: FileIO, dv: DataFile) -> BitMap64:
     if dv.content_offset is None or dv.content_size_in_bytes is None:
-        from commit.errors import UnsupportedFeatureError
+        from calving.commit.errors import UnsupportedFeatureError
 
         raise UnsupportedFeatureError(
             f"{dv.file_path}: position delete file without content offset (v2 position "
@@ -139,3 +140,19 @@ def read_dv(io: FileIO, dv: DataFile) -> BitMap64:
         )
     blob = io.read_range(dv.file_path, dv.content_offset, dv.content_size_in_bytes)
     return deserialize_dv(blob, f"{dv.file_path}@{dv.content_offset}")
+
+
+def files_reached(io: FileIO, metadata: TableMetadata, snapshots: Iterable[Snapshot]) -> set[str]:
+    """Every file ``snapshots`` reach: manifest lists, manifests, the data and delete
+    files of their live entries, and rewrite position maps named in their summaries."""
+    out: set[str] = set()
+    for snap in snapshots:
+        out.add(snap.manifest_list)
+        if snap.summary.get(POSITION_MAP):
+            out.add(snap.summary[POSITION_MAP])
+        for mf in manifest_files(io, snap):
+            out.add(mf.manifest_path)
+            for e in manifest_entries(io, metadata, mf):
+                if e.status != EntryStatus.DELETED:
+                    out.add(e.data_file.file_path)
+    return out

@@ -6,16 +6,16 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from commit.catalog.base import Catalog, TableIdent
-from commit.errors import CommitConflictError
-from commit.io import FileIO, to_uri
-from commit.spec.metadata import TableMetadata, serialize_metadata
-from commit.spec.partition import UNPARTITIONED, PartitionSpec
-from commit.spec.schema import Schema
-from commit.spec.sort_order import UNSORTED, SortOrder
-from commit.table import ledger, scan
-from commit.table.actions.base import Action
-from commit.table.committer import (
+from calving.commit.catalog.base import Catalog, TableIdent
+from calving.commit.errors import CommitConflictError
+from calving.commit.io import FileIO, to_uri
+from calving.commit.spec.metadata import TableMetadata, serialize_metadata
+from calving.commit.spec.partition import UNPARTITIONED, PartitionSpec
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.sort_order import UNSORTED, SortOrder
+from calving.commit.table import ledger, scan
+from calving.commit.table.actions.base import Action
+from calving.commit.table.committer import (
     CommitOutcome,
     Committed,
     Conflicted,

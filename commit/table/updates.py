@@ -10,17 +10,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from commit.errors import CommitConflictError, TableIdentityChangedError
-from commit.spec.metadata import MAIN_BRANCH, TableMetadata
-from commit.spec.schema import Schema
-from commit.spec.snapshot import (
+from calving.commit.errors import CommitConflictError, TableIdentityChangedError
+from calving.commit.spec.metadata import MAIN_BRANCH, TableMetadata
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.snapshot import (
     MetadataLogEntry,
     Snapshot,
     SnapshotLogEntry,
     SnapshotRef,
 )
-
-DEFAULT_PREVIOUS_VERSIONS_MAX = 100
+from calving.commit.spec.statistics import StatisticsFile
+from calving.commit.table.properties import TableProperties
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,18 @@ class RemoveSnapshots:
     snapshot_ids: frozenset[int]
 
 
+@dataclass(frozen=True)
+class SetStatistics:
+    """Publish a statistics file for its snapshot (replacing that snapshot's earlier one)."""
+
+    statistics: StatisticsFile
+
+
+@dataclass(frozen=True)
+class RemoveStatistics:
+    snapshot_id: int
+
+
 TableUpdate = (
     AddSnapshot
     | SetMainRef
@@ -67,6 +79,8 @@ TableUpdate = (
     | AddSchema
     | SetCurrentSchema
     | RemoveSnapshots
+    | SetStatistics
+    | RemoveStatistics
 )
 
 
@@ -125,11 +139,11 @@ def apply_updates(
                 next_row_id=(m.next_row_id or 0) + added,
             )
         elif isinstance(u, SetMainRef):
-            snap = m.snapshot_by_id(u.snapshot_id)
+            ref_snap = m.snapshot_by_id(u.snapshot_id)
             refs = dict(m.refs)
             refs[MAIN_BRANCH] = SnapshotRef(u.snapshot_id)
             log = m.snapshot_log + (
-                SnapshotLogEntry(snap.timestamp_ms if snap else now_ms, u.snapshot_id),
+                SnapshotLogEntry(ref_snap.timestamp_ms if ref_snap else now_ms, u.snapshot_id),
             )
             m = m.with_changes(current_snapshot_id=u.snapshot_id, refs=refs, snapshot_log=log)
         elif isinstance(u, SetProperties):
@@ -151,16 +165,24 @@ def apply_updates(
             m = m.with_changes(
                 snapshots=tuple(s for s in m.snapshots if s.snapshot_id not in ids),
                 snapshot_log=tuple(e for e in m.snapshot_log if e.snapshot_id not in ids),
-                statistics=tuple(s for s in m.statistics if s.get("snapshot-id") not in ids),
+                statistics=tuple(s for s in m.statistics if s.snapshot_id not in ids),
+            )
+        elif isinstance(u, SetStatistics):
+            snapshot_id = u.statistics.snapshot_id
+            if m.snapshot_by_id(snapshot_id) is None:
+                raise ValueError(f"statistics for snapshot {snapshot_id}, which the table lacks")
+            kept = tuple(s for s in m.statistics if s.snapshot_id != snapshot_id)
+            m = m.with_changes(statistics=(*kept, u.statistics))
+        elif isinstance(u, RemoveStatistics):
+            m = m.with_changes(
+                statistics=tuple(s for s in m.statistics if s.snapshot_id != u.snapshot_id)
             )
         else:  # pragma: no cover - the union above is closed
             raise TypeError(f"unknown table update {u!r}")
 
     metadata_log = m.metadata_log
     if base_location is not None:
-        keep = int(
-            m.properties.get("write.metadata.previous-versions-max", DEFAULT_PREVIOUS_VERSIONS_MAX)
-        )
+        keep = TableProperties(m.properties).previous_versions_max
         metadata_log = metadata_log + (MetadataLogEntry(base.last_updated_ms, base_location),)
         metadata_log = metadata_log[-keep:] if keep > 0 else ()
     return m.with_changes(

@@ -15,6 +15,10 @@
 #   SPARK_IDENT_STRING  names the pid files (default: the user name, as Spark does)
 #   SPARK_LOCAL_DIRS  Spark scratch directories (comma-separated): created if set
 #   SPARK_NO_DAEMONIZE  if set, calving_launch runs the daemon in the foreground (exec)
+#   CALVING_SPARK_AUTH_SECRET  if set: spark.authenticate=true for the daemon, with this
+#                   shared secret handed to Spark in the daemon's environment (never on
+#                   its command line). Master, workers and every driver need the same
+#                   secret: see deploy/README.md, "Authentication".
 
 calving_spark_env() {
   PYTHON=${PYTHON:-python3}
@@ -42,6 +46,28 @@ calving_spark_env() {
     local dirs dir
     IFS=, read -r -a dirs <<<"$SPARK_LOCAL_DIRS"
     for dir in "${dirs[@]}"; do mkdir -p "$dir"; done
+  fi
+}
+
+# calving_java_opt NAME KEY VALUE: append -DKEY=VALUE to the variable NAME (e.g.
+# SPARK_MASTER_OPTS) and export it, unless NAME already sets KEY (the caller's value wins).
+calving_java_opt() {
+  local name=$1 key=$2 value=$3
+  local current=${!name:-}
+  case " $current " in
+    *" -D$key="*) ;;
+    *) printf -v "$name" '%s' "${current:+$current }-D$key=$value" ;;
+  esac
+  export "${name?}"
+}
+
+# calving_auth NAME: with CALVING_SPARK_AUTH_SECRET set, turn spark.authenticate on in the
+# daemon options NAME and pass the secret the way Spark reads it from the environment
+# (_SPARK_AUTH_SECRET; a worker hands it on to its executors the same way).
+calving_auth() {
+  if [ -n "${CALVING_SPARK_AUTH_SECRET:-}" ]; then
+    calving_java_opt "$1" spark.authenticate true
+    export _SPARK_AUTH_SECRET=$CALVING_SPARK_AUTH_SECRET
   fi
 }
 

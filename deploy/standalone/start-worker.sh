@@ -11,6 +11,8 @@
 #   SPARK_WORKER_HOST      host name or IP the worker binds to and advertises; executors on
 #                          this worker are reached by the driver under it (default: Spark's
 #                          choice, the host's address)
+#   SPARK_LOCAL_IP         address the worker's web UI binds to (default: SPARK_WORKER_HOST
+#                          if set; with neither, Spark binds the UI to every interface)
 #   SPARK_WORKER_CORES     cores offered to executors (default: all of the host's)
 #   SPARK_WORKER_MEMORY    memory offered to executors, e.g. 8g (default: host memory - 1g).
 #                          Python workers of the executors use memory beyond this: leave room.
@@ -56,10 +58,11 @@ if ! [[ $instance =~ ^[1-9][0-9]*$ ]]; then
 fi
 webui_port=${SPARK_WORKER_WEBUI_PORT:-$((8081 + instance - 1))}
 
-case " ${SPARK_WORKER_OPTS:-} " in
-  *spark.worker.preferConfiguredMasterAddress*) ;;
-  *) export SPARK_WORKER_OPTS="${SPARK_WORKER_OPTS:-} -Dspark.worker.preferConfiguredMasterAddress=true" ;;
-esac
+calving_java_opt SPARK_WORKER_OPTS spark.worker.preferConfiguredMasterAddress true
+calving_auth SPARK_WORKER_OPTS
+if [ -n "${SPARK_WORKER_HOST:-}" ]; then
+  export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-$SPARK_WORKER_HOST}
+fi
 
 args=(--webui-port "$webui_port" --work-dir "$SPARK_WORKER_DIR")
 if [ -n "${SPARK_WORKER_HOST:-}" ]; then args+=(--host "$SPARK_WORKER_HOST"); fi

@@ -19,11 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from commit.errors import ConfigError
-from commit.spec.schema import Schema
-from ingest.config.reader import Section
-from ingest.config.secrets import masked_repr
-from ingest.decode import (
+from calving.commit.errors import ConfigError
+from calving.commit.spec.schema import Schema
+from calving.ingest.config.reader import Section
+from calving.ingest.config.secrets import masked_repr
+from calving.ingest.decode import (
     AvroOptions,
     ConfluentAvroDecoder,
     DebeziumDecoder,
@@ -34,8 +34,8 @@ from ingest.decode import (
     KeyUpsertDecoder,
     open_schema_source,
 )
-from ingest.decode.coerce import EpochUnit
-from ingest.decode.schema_registry import SchemaSource
+from calving.ingest.decode.coerce import EpochUnit
+from calving.ingest.decode.schema_registry import SchemaSource
 
 FormatType = Literal["json", "avro", "debezium-json", "debezium-avro", "upsert-json", "upsert-avro"]
 FORMAT_TYPES: tuple[FormatType, ...] = (
@@ -115,7 +115,9 @@ def _open(location: str, key: str) -> SchemaSource:
 
 
 def parse_format(s: Section) -> FormatConfig:
-    kind = s.required_string("type", what=" | ".join(f'"{t}"' for t in FORMAT_TYPES), choices=FORMAT_TYPES)
+    kind = s.required_string(
+        "type", what=" | ".join(f'"{t}"' for t in FORMAT_TYPES), choices=FORMAT_TYPES
+    )
     if kind == "upsert-avro":
         s.fail(
             "type",
@@ -176,7 +178,7 @@ def parse_format(s: Section) -> FormatConfig:
 
 
 def build_decoder(fmt: FormatConfig, schema: Schema) -> Decoder:
-    """The ``ingest.decode`` decoder for ``fmt`` writing into ``schema`` (the table's
+    """The ``calving.ingest.decode`` decoder for ``fmt`` writing into ``schema`` (the table's
     current schema). Picklable: Spark ships it to the executors."""
     try:
         if fmt.type == "json":

@@ -5,14 +5,15 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from commit.errors import ConfigError
-from ingest.config.format import KEYS as FORMAT_KEYS
-from ingest.config.format import FormatConfig, parse_format
-from ingest.config.reader import Context, Section
-from ingest.config.runtime import (
+from calving.commit.errors import ConfigError
+from calving.ingest.config.format import KEYS as FORMAT_KEYS
+from calving.ingest.config.format import FormatConfig, parse_format
+from calving.ingest.config.metrics import METRICS_KEYS, MetricsConfig, parse_metrics
+from calving.ingest.config.reader import Context, Section
+from calving.ingest.config.runtime import (
     SINK_KEYS,
     SPARK_KEYS,
     SinkConfig,
@@ -20,18 +21,18 @@ from ingest.config.runtime import (
     parse_sink,
     parse_spark,
 )
-from ingest.config.secrets import resolve_env
-from ingest.config.source import KEYS as SOURCE_KEYS
-from ingest.config.source import SourceConfig, parse_source
-from ingest.config.table import KEYS as TABLE_KEYS
-from ingest.config.table import TableConfig, parse_table
+from calving.ingest.config.secrets import Redactor, resolve_env
+from calving.ingest.config.source import KEYS as SOURCE_KEYS
+from calving.ingest.config.source import SourceConfig, parse_source
+from calving.ingest.config.table import KEYS as TABLE_KEYS
+from calving.ingest.config.table import TableConfig, parse_table
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
     import tomli as tomllib
 
-SECTIONS = ("source", "format", "table", "sink", "spark")
+SECTIONS = ("source", "format", "table", "sink", "spark", "metrics")
 
 
 @dataclass(frozen=True)
@@ -44,24 +45,22 @@ class CalvingConfig:
     table: TableConfig
     sink: SinkConfig
     spark: SparkConfig
+    #: ``[metrics]``: the Prometheus endpoint (off by default) and the per-batch log line.
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: Where the config came from (a file path, or the name given to ``parse_config``).
     origin: str = "<config>"
+    #: Masks values from ``${env:...}`` in messages of later stages (creating the table).
+    redact: Redactor = field(default_factory=Redactor, compare=False, repr=False)
 
 
-def load_config(path: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> CalvingConfig:
+def load_config(
+    path: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+) -> CalvingConfig:
     """Read and check a TOML config file. Relative paths inside it are relative to the
     file's directory; ``${env:NAME}`` references are read from ``environ`` (default: the
     process environment). Every problem is a ``ConfigError`` naming the file and key."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    data = read_toml(path)
     base_dir = os.path.dirname(os.path.abspath(path))
     return parse_config(data, path, base_dir=base_dir, environ=environ)
 
@@ -76,23 +75,29 @@ def parse_config(
     """Check an already parsed TOML document (e.g. built in code by the demo).
 
     ``base_dir`` anchors relative paths (default: the working directory)."""
+    ctx = Context(base_dir=base_dir or os.getcwd())
+    env = os.environ if environ is None else environ
     try:
-        return _parse(data, source_name, base_dir or os.getcwd(), environ)
+        values: dict[str, str] = {}
+        resolved = resolve_env(dict(data), "", env, ctx.env_keys, values)
+        ctx.redact = Redactor.of(ctx.env_keys, values, env)
+        return _parse(resolved, source_name, ctx)
     except ConfigError as exc:
-        raise ConfigError(f"{source_name}: {exc}") from None
+        # Every message passes the redactor: no error path can echo an env value.
+        error = ConfigError(f"{source_name}: {ctx.redact.message(str(exc))}")
+    # Raised outside the handler, so the error carries no chained context: a reporter
+    # walking __context__ must not find the unredacted original.
+    raise error
 
 
-def _parse(
-    data: Mapping[str, Any], origin: str, base_dir: str, environ: Mapping[str, str] | None
-) -> CalvingConfig:
-    ctx = Context(base_dir=base_dir)
-    resolved = resolve_env(dict(data), "", os.environ if environ is None else environ, ctx.env_keys)
+def _parse(resolved: dict[str, Any], origin: str, ctx: Context) -> CalvingConfig:
     root = Section(resolved, "", ctx, SECTIONS)
     source = root.table("source", SOURCE_KEYS, required=True)
     fmt = root.table("format", FORMAT_KEYS, required=True)
     table = root.table("table", TABLE_KEYS, required=True)
     sink = root.table("sink", SINK_KEYS, required=True)
     spark = root.table("spark", SPARK_KEYS)
+    metrics = root.table("metrics", METRICS_KEYS)
     root.finish()
     assert source is not None and fmt is not None and table is not None and sink is not None
 
@@ -105,7 +110,9 @@ def _parse(
         table=table_cfg,
         sink=parse_sink(sink, table_cfg.name),
         spark=parse_spark(spark),
+        metrics=parse_metrics(metrics),
         origin=origin,
+        redact=ctx.redact,
     )
     _check_across(config)
     return config
@@ -116,10 +123,24 @@ def _check_across(config: CalvingConfig) -> None:
     if fmt.keyed and not table.identifier_fields:
         raise ConfigError(
             f'table.identifier_fields: format.type "{fmt.type}" carries updates and deletes, '
-            "so the table needs a primary key (e.g. identifier_fields = [\"id\"])"
+            'so the table needs a primary key (e.g. identifier_fields = ["id"])'
         )
     if table.infer_schema and fmt.value_format == "avro":
         raise ConfigError(
             f'table.infer_schema: only JSON formats can be inferred, not "{fmt.type}"; '
             "declare [[table.columns]]"
         )
+
+
+def read_toml(path: str) -> dict[str, Any]:
+    """The TOML document in ``path``; a missing, unreadable or malformed file is a
+    ``ConfigError`` naming it."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the config file ({exc.strerror})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
-from commit.errors import ConfigError
-from ingest.config.secrets import env_placeholder, join_key
+from calving.commit.errors import ConfigError
+from calving.ingest.config.secrets import Redactor, env_placeholder, join_key
 
 
 @dataclass
@@ -28,6 +28,8 @@ class Context:
     base_dir: str
     #: Dotted key -> environment variables its value was built from.
     env_keys: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Masks env-sourced text in any error message (see ``Redactor``).
+    redact: Redactor = field(default_factory=Redactor)
 
     def resolve_path(self, path: str) -> str:
         """A local path relative to the config file made absolute; URIs unchanged."""
@@ -151,15 +153,20 @@ class Section:
         value = self.raw(name)
         if value is None:
             return default
-        if isinstance(value, str) and self.is_env(name):
-            # Environment variables are text: accept their usual spellings.
-            if value.strip().lower() in ("true", "false"):
-                return value.strip().lower() == "true"
+        # Environment variables are text: accept their usual spellings.
+        if (
+            isinstance(value, str)
+            and self.is_env(name)
+            and value.strip().lower() in ("true", "false")
+        ):
+            return value.strip().lower() == "true"
         if not isinstance(value, bool):
             self.wrong(name, "true or false", value)
         return value
 
-    def integer(self, name: str, default: int | None = None, *, minimum: int | None = None) -> int | None:
+    def integer(
+        self, name: str, default: int | None = None, *, minimum: int | None = None
+    ) -> int | None:
         value = self.raw(name)
         if value is None:
             return default
@@ -183,7 +190,9 @@ class Section:
             self.wrong(name, what, value)
         for i, item in enumerate(value):
             if not isinstance(item, str) or not item.strip():
-                self.wrong(name, f"a non-empty string in {what}", item, key=f"{self.key(name)}[{i}]")
+                self.wrong(
+                    name, f"a non-empty string in {what}", item, key=f"{self.key(name)}[{i}]"
+                )
         return tuple(value)
 
     def table(self, name: str, known: Sequence[str], *, required: bool = False) -> Section | None:
@@ -221,7 +230,9 @@ class Section:
         self._flatten(value, self.key(name), "", out)
         return out
 
-    def _flatten(self, table: Mapping[str, Any], key: str, prefix: str, out: dict[str, str]) -> None:
+    def _flatten(
+        self, table: Mapping[str, Any], key: str, prefix: str, out: dict[str, str]
+    ) -> None:
         for k, v in table.items():
             setting = f"{prefix}{k}"
             full = join_key(key, k)
@@ -246,5 +257,6 @@ class Section:
         hint = suggestion(name, self.known)
         known = ", ".join(self.known)
         raise ConfigError(
-            f"{self.key(name)}: unknown key{hint}" + ("" if hint else f" (known keys here: {known})")
+            f"{self.key(name)}: unknown key{hint}"
+            + ("" if hint else f" (known keys here: {known})")
         )

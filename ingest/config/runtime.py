@@ -6,10 +6,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from commit.catalog.base import check_ident
-from commit.errors import CalvingError, ConfigError
-from ingest.config.reader import Section
-from ingest.config.secrets import masked_repr
+from calving.commit.catalog.base import check_ident
+from calving.commit.errors import CalvingError, ConfigError
+from calving.ingest.config.reader import Section
+from calving.ingest.config.secrets import join_key, masked_repr
+from calving.ingest.config.spark_settings import MASTER_FORMS, bad_settings, master_ok
 
 SINK_KEYS = (
     "writer_id",
@@ -17,11 +18,14 @@ SINK_KEYS = (
     "trigger_interval",
     "dead_letter_table",
     "dead_letter_topic",
+    "dead_letter_max_bytes",
     "key_partitions",
     "index_save_every",
     "evolve_schema",
 )
 SPARK_KEYS = ("master", "app_name", "conf")
+#: Below Kafka's default 1 MB message.max.bytes, with room for headers.
+DEFAULT_DEAD_LETTER_MAX_BYTES = 900_000
 _INTERVAL = re.compile(
     r"^\s*(\d+(?:\.\d+)?)\s*(ms|millis|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$",
     re.IGNORECASE,
@@ -40,6 +44,9 @@ class SinkConfig:
     #: Full name (``namespace.table``) of the dead-letter table in the same catalog.
     dead_letter_table: str | None = None
     dead_letter_topic: str | None = None
+    #: Largest dead-letter copy sent to the topic (key + value + headers); bigger ones
+    #: are cut and flagged ``calving.truncated`` (the dead-letter table keeps them whole).
+    dead_letter_max_bytes: int = DEFAULT_DEAD_LETTER_MAX_BYTES
     #: Number of key-hash partitions for keyed (CDC) writes; None lets the sink choose.
     key_partitions: int | None = None
     #: Save the primary-key index with the table every N batches.
@@ -78,7 +85,7 @@ def interval_seconds(text: str) -> float:
 
 def _interval_factor(unit: str) -> float:
     u = unit.lower()
-    if u.startswith("ms") or u.startswith("milli"):
+    if u.startswith(("ms", "milli")):
         return 0.001
     if u.startswith("h"):
         return 3600.0
@@ -92,6 +99,8 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
     if any(c.isspace() for c in writer_id):
         shown = s.shown(s.key("writer_id"), writer_id)
         s.fail("writer_id", f"must not contain spaces, got {shown}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in writer_id):
+        s.fail("writer_id", "must not contain NUL or other control characters")
     checkpoint = s.ctx.resolve_path(
         s.required_string("checkpoint", what="a directory or URI for Spark's checkpoint")
     )
@@ -113,6 +122,11 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         except CalvingError:
             shown = s.shown(s.key("dead_letter_table"), dead_table)
             s.fail("dead_letter_table", f'expected "namespace.table", got {shown}')
+        if any(ord(c) < 32 or ord(c) == 127 for c in dead_table) or any(
+            not part.strip() for part in dead_table.split(".")
+        ):
+            shown = s.shown(s.key("dead_letter_table"), dead_table)
+            s.fail("dead_letter_table", f"expected non-empty names without NUL, got {shown}")
         if dead_table == table_name:
             s.fail("dead_letter_table", "must differ from table.name")
     config = SinkConfig(
@@ -121,6 +135,10 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         trigger_interval=interval.strip(),
         dead_letter_table=dead_table,
         dead_letter_topic=s.string("dead_letter_topic", what="a Kafka topic name"),
+        dead_letter_max_bytes=s.integer(
+            "dead_letter_max_bytes", DEFAULT_DEAD_LETTER_MAX_BYTES, minimum=1024
+        )
+        or DEFAULT_DEAD_LETTER_MAX_BYTES,
         key_partitions=s.integer("key_partitions", minimum=1),
         index_save_every=s.integer("index_save_every", 20, minimum=1) or 20,
         evolve_schema=s.boolean("evolve_schema", True),
@@ -133,8 +151,11 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
 def parse_spark(s: Section | None) -> SparkConfig:
     if s is None:
         return SparkConfig()
+    master = s.string("master", "local[2]", what="a Spark master URL") or "local[2]"
+    if not master_ok(master):
+        s.fail("master", f"expected {MASTER_FORMS}, got {s.shown(s.key('master'), master)}")
     config = SparkConfig(
-        master=s.string("master", "local[2]") or "local[2]",
+        master=master.strip(),
         app_name=s.string("app_name", "calving") or "calving",
         conf=s.passthrough("conf"),
         env_keys=s.env_names(),
@@ -142,6 +163,11 @@ def parse_spark(s: Section | None) -> SparkConfig:
     s.finish()
     if "spark.master" in config.conf or "spark.app.name" in config.conf:
         raise ConfigError("spark.conf: set spark.master / spark.app_name instead of the conf keys")
+    bad = bad_settings(config.conf)
+    if bad is not None:
+        key = join_key(s.key("conf"), bad[0])
+        shown = s.shown(key, config.conf[bad[0]])
+        raise ConfigError(f"{key}: Spark reads this setting as {bad[1]}, got {shown}")
     return config
 
 

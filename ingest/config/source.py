@@ -1,7 +1,7 @@
 """``[source]``: which Kafka records to read, as options of the ``calving-kafka`` source.
 
 The keys are snake_case forms of Spark's Kafka source options; ``spark_options()`` gives
-the exact option map ``ingest.kafka.options.KafkaSourceOptions`` parses, and parsing it
+the exact option map ``calving.ingest.kafka.options.KafkaSourceOptions`` parses, and parsing it
 once here means a bad offsets JSON or a forbidden ``kafka.*`` setting is reported when
 the config is loaded, with the config key named.
 """
@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from commit.errors import ConfigError
-from ingest.config.reader import Section
-from ingest.config.secrets import join_key, masked_repr
-from ingest.kafka.offsets import parse_assign_option, parse_offsets_option
-from ingest.kafka.options import KafkaSourceOptions
+from calving.commit.errors import ConfigError
+from calving.ingest.config.kafka_settings import bad_kafka_setting
+from calving.ingest.config.reader import Section
+from calving.ingest.config.secrets import join_key, masked_repr
+from calving.ingest.kafka.offsets import parse_assign_option, parse_offsets_option
+from calving.ingest.kafka.options import KafkaSourceOptions
 
 KEYS = (
     "bootstrap_servers",
@@ -33,6 +34,7 @@ KEYS = (
     "poll_timeout_ms",
     "fetch_offset_retries",
     "fetch_offset_retry_interval_ms",
+    "connect_timeout_ms",
     "kafka",
 )
 _SUBSCRIPTIONS = ("topics", "topic_pattern", "assign")
@@ -66,6 +68,8 @@ class SourceConfig:
     poll_timeout_ms: int | None = None
     fetch_offset_retries: int | None = None
     fetch_offset_retry_interval_ms: int | None = None
+    #: Bound on the driver's metadata/offset requests, retries included (default 30 s).
+    connect_timeout_ms: int | None = None
     kafka: dict[str, str] = field(default_factory=dict)
     #: Keys (relative to ``[source]``) whose values came from ``${env:...}``: masked.
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
@@ -95,6 +99,7 @@ class SourceConfig:
             "kafkaConsumer.pollTimeoutMs": self.poll_timeout_ms,
             "fetchOffset.numRetries": self.fetch_offset_retries,
             "fetchOffset.retryIntervalMs": self.fetch_offset_retry_interval_ms,
+            "calving.connectTimeoutMs": self.connect_timeout_ms,
         }
         out.update({k: str(v) for k, v in optional.items() if v is not None})
         out.update({f"kafka.{k}": v for k, v in self.kafka.items()})
@@ -150,8 +155,11 @@ def parse_source(s: Section) -> SourceConfig:
     kafka = s.passthrough("kafka")
     if "bootstrap.servers" in kafka:
         raise ConfigError(
-            f'{join_key(s.key("kafka"), "bootstrap.servers")}: set source.bootstrap_servers instead'
+            f"{join_key(s.key('kafka'), 'bootstrap.servers')}: set source.bootstrap_servers instead"
         )
+    refused = bad_kafka_setting(kafka)
+    if refused is not None:
+        raise ConfigError(f"{join_key(s.key('kafka'), refused[0])}: {refused[1]}")
     config = SourceConfig(
         bootstrap_servers=servers.strip(),
         topics=tuple(t.strip() for t in topics),
@@ -166,6 +174,7 @@ def parse_source(s: Section) -> SourceConfig:
         poll_timeout_ms=s.integer("poll_timeout_ms", minimum=1),
         fetch_offset_retries=s.integer("fetch_offset_retries", minimum=0),
         fetch_offset_retry_interval_ms=s.integer("fetch_offset_retry_interval_ms", minimum=0),
+        connect_timeout_ms=s.integer("connect_timeout_ms", minimum=1),
         kafka=kafka,
         env_keys=s.env_names(),
     )
@@ -192,6 +201,9 @@ def _reword(s: Section, name: str, check: Any) -> None:
         check()
     except ConfigError as exc:
         detail = str(exc).split(": ", 1)[-1]
+        if s.is_env(name):
+            # The parser quotes parts of the value (topics, offsets): say only where from.
+            detail = f"not valid here, got {s.shown(s.key(name), None)}"
         raise ConfigError(f"{s.key(name)}: {detail}") from None
 
 

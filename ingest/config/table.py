@@ -21,17 +21,18 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
-from commit.catalog.base import check_ident
-from commit.errors import CalvingError, ConfigError
-from commit.io import to_uri
-from commit.spec.partition import PartitionSpec, PartitionSpecBuilder
-from commit.spec.schema import Schema
-from commit.spec.transforms import IDENTITY, Transform, bucket, truncate
-from commit.spec.types import IcebergType, NestedField
-from commit.table.ledger import LEDGER_PREFIX
-from ingest.config.reader import Section
-from ingest.config.secrets import masked_repr
-from ingest.config.type_strings import check_type, parse_type, type_text
+from calving.commit.catalog.base import check_ident
+from calving.commit.errors import CalvingError, ConfigError, InvalidTablePropertyError
+from calving.commit.io import to_uri
+from calving.commit.spec.partition import PartitionSpec, PartitionSpecBuilder
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.transforms import IDENTITY, Transform, bucket, truncate
+from calving.commit.spec.types import IcebergType, NestedField
+from calving.commit.table.ledger import LEDGER_PREFIX
+from calving.commit.table.properties import FIX_HINT, KNOWN
+from calving.ingest.config.reader import Section
+from calving.ingest.config.secrets import join_key, masked_repr
+from calving.ingest.config.type_strings import check_type, parse_type, type_text
 
 KEYS = (
     "catalog",
@@ -53,6 +54,14 @@ _TRANSFORM = re.compile(
     r"|(?P<col>[A-Za-z_][\w.]*))\s*$"
 )
 _SIMPLE_TRANSFORMS = ("identity", "year", "month", "day", "hour", "void")
+#: Iceberg's bucket count / truncate width is a 32-bit signed int.
+MAX_TRANSFORM_ARG = 2**31 - 1
+#: Characters no table, namespace or column name may hold (NUL and other controls).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class TransformRangeError(ValueError):
+    """A bucket count or truncate width outside Iceberg's 32-bit range."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +86,8 @@ class PartitionFieldConfig:
     column: str
     transform: Transform
     text: str
+    #: How errors show the entry: its repr, or ``<from ${env:NAME}>``.
+    shown: str = ""
 
 
 @dataclass(frozen=True, repr=False)
@@ -146,7 +157,9 @@ def build_spec(schema: Schema, partition: Sequence[PartitionFieldConfig]) -> Par
         try:
             builder.add(p.column, p.transform)
         except CalvingError as exc:
-            raise ConfigError(f"table.partition[{i}]: {p.text!r}: {exc}") from None
+            shown = p.shown or repr(p.text)
+            detail = str(exc) if shown == repr(p.text) else str(exc).replace(p.column, "<column>")
+            raise ConfigError(f"table.partition[{i}]: {shown}: {detail}") from None
     try:
         return builder.build()
     except CalvingError as exc:
@@ -162,8 +175,12 @@ def parse_transform_text(text: str) -> tuple[str, Transform]:
         return m.group("col"), IDENTITY
     fn, n, arg = m.group("fn").lower(), m.group("n"), m.group("arg")
     if fn in ("bucket", "truncate"):
-        if n is None or int(n) < 1:
+        if n is None:
             raise ValueError(text)
+        if not 1 <= int(n) <= MAX_TRANSFORM_ARG:
+            what = "bucket count" if fn == "bucket" else "truncate width"
+            # Iceberg stores N as a 32-bit int; a larger one is unreadable to every engine.
+            raise TransformRangeError(f"the {what} must be from 1 to {MAX_TRANSFORM_ARG}")
         return arg, (bucket if fn == "bucket" else truncate)(int(n))
     if fn in _SIMPLE_TRANSFORMS and n is None:
         return arg, Transform(fn)
@@ -188,6 +205,7 @@ def parse_table(s: Section) -> TableConfig:
         check_ident(tuple(name.split(".")))
     except CalvingError:
         s.fail("name", f'expected "namespace.table", got {s.shown(s.key("name"), name)}')
+    check_name(s, "name", name, dotted=True)
 
     declared = [_column(c) for c in s.table_list("columns", COLUMN_KEYS)]
     infer = s.boolean("infer_schema", False)
@@ -203,12 +221,13 @@ def parse_table(s: Section) -> TableConfig:
     )
     _no_duplicates(s, columns)
     for i, ident in enumerate(identifiers):
+        key = f"{s.key('identifier_fields')}[{i}]"
         column = next((c for c in columns if c.name == ident), None)
         if column is None and not infer:
-            raise ConfigError(f"{s.key('identifier_fields')}[{i}]: {ident!r} is not a declared column")
+            raise ConfigError(f"{key}: {s.shown(key, ident)} is not a declared column")
         if column is not None and not column.required:
             raise ConfigError(
-                f"{s.key('identifier_fields')}[{i}]: {ident!r} is declared with required = false; "
+                f"{key}: {s.shown(key, ident)} is declared with required = false; "
                 "identifier fields must be required"
             )
     if len(set(identifiers)) != len(identifiers):
@@ -216,11 +235,7 @@ def parse_table(s: Section) -> TableConfig:
 
     partition = _partition(s)
     properties = s.passthrough("properties")
-    for key in properties:
-        if key.startswith(LEDGER_PREFIX):
-            raise ConfigError(
-                f'{s.key("properties")}."{key}": the exactly-once ledger is written by calving only'
-            )
+    check_properties(s, properties)
     config = TableConfig(
         catalog=catalog,
         name=name,
@@ -249,7 +264,9 @@ def _catalog_uri(s: Section) -> str:
     uri = s.required_string("catalog", what=what)
     if uri.startswith("file:") or "://" not in uri:
         if "://" not in uri and not uri.startswith("file:"):
-            s.fail("catalog", f"expected a URI such as {what}, got {s.shown(s.key('catalog'), uri)}")
+            s.fail(
+                "catalog", f"expected a URI such as {what}, got {s.shown(s.key('catalog'), uri)}"
+            )
         return _location_uri(s, "catalog", uri, "an absolute file:/// URI")
     try:
         url = make_url(uri)
@@ -264,7 +281,8 @@ def _catalog_uri(s: Section) -> str:
         absolute = s.ctx.resolve_path(database)
         return url.set(database=absolute).render_as_string(hide_password=False)
     if backend != "postgresql":
-        s.fail("catalog", f"catalog backend {backend!r} is not supported; expected {what}")
+        shown = repr(backend) if not s.is_env("catalog") else s.shown(s.key("catalog"), uri)
+        s.fail("catalog", f"catalog backend {shown} is not supported; expected {what}")
     return uri
 
 
@@ -281,6 +299,7 @@ def _column(c: Section) -> tuple[ColumnConfig, bool]:
     """The column, and whether ``required`` was written (identifier columns default to
     required when it was not)."""
     name = c.required_string("name", what="a column name")
+    check_name(c, "name", name)
     raw = c.required_string("type", what='an Iceberg type such as "long" or "decimal(10, 2)"')
     try:
         parsed = check_type(raw)
@@ -310,17 +329,20 @@ def _partition(s: Section) -> tuple[PartitionFieldConfig, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        s.wrong("partition", f"a list of transforms such as [\"day(ts)\", \"bucket(16, id)\"]", value)
+        s.wrong("partition", 'a list of transforms such as ["day(ts)", "bucket(16, id)"]', value)
     out = []
     for i, item in enumerate(value):
         key = f"{s.key('partition')}[{i}]"
         if not isinstance(item, str):
             s.wrong("", TRANSFORM_EXAMPLES, item, key=key)
+        shown = s.shown(key, item)
         try:
             column, transform = parse_transform_text(item)
+        except TransformRangeError as exc:
+            raise ConfigError(f"{key}: {exc}, got {shown}") from None
         except (ValueError, CalvingError):
-            raise ConfigError(f"{key}: expected {TRANSFORM_EXAMPLES}, got {item!r}") from None
-        out.append(PartitionFieldConfig(column, transform, item))
+            raise ConfigError(f"{key}: expected {TRANSFORM_EXAMPLES}, got {shown}") from None
+        out.append(PartitionFieldConfig(column, transform, item, shown))
     return tuple(out)
 
 
@@ -329,3 +351,33 @@ def _checked_schema(s: Section, config: TableConfig) -> Schema:
         return config.schema()
     except CalvingError as exc:
         raise ConfigError(f"{s.path}: {exc}") from None
+
+
+def check_name(s: Section, name: str, value: str, *, dotted: bool = False) -> None:
+    """Names go into catalogs, file paths and Parquet schemas: no NUL or control
+    characters, and (``dotted``: ``namespace.table``) no blank parts."""
+    if _CONTROL.search(value):
+        s.fail(name, "must not contain NUL or other control characters")
+    if dotted and any(not part.strip() for part in value.split(".")):
+        s.fail(
+            name,
+            f'expected "namespace.table" with non-empty parts, got {s.shown(s.key(name), value)}',
+        )
+
+
+def check_properties(s: Section, properties: dict[str, str]) -> None:
+    """``[table.properties]``: no ledger keys, and every property calving reads has a
+    usable value (the typed accessor's check), so a bad one never reaches a table."""
+    for key, raw in properties.items():
+        where = join_key(s.key("properties"), key)
+        if key.startswith(LEDGER_PREFIX):
+            raise ConfigError(f"{where}: the exactly-once ledger is written by calving only")
+        prop = KNOWN.get(key)
+        if prop is None:
+            continue
+        try:
+            prop.parse(raw)
+        except InvalidTablePropertyError as exc:
+            text = str(exc).replace(f"; {FIX_HINT}", "")
+            detail = text[text.rfind(": want ") + 2 :]
+            raise ConfigError(f"{where}: {detail}, got {s.shown(where, raw)}") from None

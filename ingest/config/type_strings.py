@@ -21,8 +21,9 @@ import difflib
 import re
 from collections.abc import Callable
 
-from commit.errors import ConfigError, SchemaError
-from commit.spec.types import (
+from calving.commit.errors import ConfigError, SchemaError
+from calving.commit.spec.schema import FieldIds, assign_fresh_type_ids
+from calving.commit.spec.types import (
     PRIMITIVE_NAMES,
     IcebergType,
     ListType,
@@ -34,16 +35,22 @@ from commit.spec.types import (
 )
 
 EXAMPLES = '"long", "string", "timestamptz", "decimal(10, 2)", "list<string>" or "struct<a: long>"'
-_TOKEN = re.compile(r"\s*(decimal\s*\(\s*\d+\s*,\s*\d+\s*\)|fixed\s*\[\s*\d+\s*\]|[A-Za-z_][A-Za-z0-9_]*|[<>,:]|\S)")
+_TOKEN = re.compile(
+    r"\s*(decimal\s*\(\s*\d+\s*,\s*\d+\s*\)|fixed\s*\[\s*\d+\s*\]|[A-Za-z_][A-Za-z0-9_]*|[<>,:]|\S)"
+)
 _WRITABLE = tuple(n for n in PRIMITIVE_NAMES if n != "unknown")
+#: Deepest nesting of list/map/struct accepted: deeper types are refused with an error
+#: instead of exhausting Python's recursion limit here or in any later schema walk.
+MAX_DEPTH = 64
 
 
 def parse_type(text: str, next_id: Callable[[], int]) -> IcebergType:
-    """Parse ``text``; raises ``ConfigError`` (without the key: the caller adds it)."""
-    parser = _Parser(text, next_id)
+    """Parse ``text``; nested ids from ``next_id``, numbered by ``assign_fresh_type_ids``.
+    Raises ``ConfigError`` (without the key: the caller adds it)."""
+    parser = _Parser(text, FieldIds())  # placeholder ids, renumbered below
     result = parser.type()
     parser.expect_end()
-    return result
+    return assign_fresh_type_ids(result, next_id)
 
 
 def check_type(text: str) -> IcebergType:
@@ -69,11 +76,13 @@ class _Parser:
         self.tokens = [(m.group(1), m.start(1)) for m in _TOKEN.finditer(text)]
         self.pos = 0
         self.next_id = next_id
+        self.depth = 0
 
     def error(self, message: str, hint: str = "") -> ConfigError:
         where = self.tokens[self.pos][1] if self.pos < len(self.tokens) else len(self.text)
+        shown = repr(self.text) if len(self.text) <= 80 else repr(self.text[:77]) + "..."
         return ConfigError(
-            f"expected a type such as {EXAMPLES}, got {self.text!r}: {message} at "
+            f"expected a type such as {EXAMPLES}, got {shown}: {message} at "
             f"character {where + 1}{hint}"
         )
 
@@ -94,6 +103,15 @@ class _Parser:
             raise self.error(f"unexpected {self.peek()!r}")
 
     def type(self) -> IcebergType:
+        if self.depth >= MAX_DEPTH:
+            raise self.error(f"types nest more than {MAX_DEPTH} levels deep")
+        self.depth += 1
+        try:
+            return self.nested_or_primitive()
+        finally:
+            self.depth -= 1
+
+    def nested_or_primitive(self) -> IcebergType:
         token = self.take()
         if token == "list":
             self.take("<")

@@ -4,17 +4,17 @@ Each decoder's ``decode(batch)`` takes the Kafka source's Arrow batch and return
 ``DecodedBatch``; every record ends up as exactly one row or one dead letter.
 """
 
-from ingest.decode.avro_confluent import AvroOptions, ConfluentAvroDecoder
-from ingest.decode.batch import DEAD_LETTER_SCHEMA, META_COLUMNS, DecodedBatch, Decoder
-from ingest.decode.debezium import DebeziumDecoder, DebeziumOptions
-from ingest.decode.infer import InferredSchema, infer_schema
-from ingest.decode.json_values import JsonOptions, JsonValueDecoder
-from ingest.decode.schema_registry import (
+from calving.ingest.decode.avro_confluent import AvroOptions, ConfluentAvroDecoder
+from calving.ingest.decode.batch import DEAD_LETTER_SCHEMA, META_COLUMNS, DecodedBatch, Decoder
+from calving.ingest.decode.debezium import DebeziumDecoder, DebeziumOptions
+from calving.ingest.decode.infer import InferredSchema, infer_schema
+from calving.ingest.decode.json_values import JsonOptions, JsonValueDecoder
+from calving.ingest.decode.schema_registry import (
     LocalSchemaDirectory,
     SchemaRegistryClient,
     open_schema_source,
 )
-from ingest.decode.upsert import KeyUpsertDecoder
+from calving.ingest.decode.upsert import KeyUpsertDecoder
 
 __all__ = [
     "DEAD_LETTER_SCHEMA",

@@ -23,8 +23,8 @@ from typing import Any
 import fastavro
 import pyarrow as pa
 
-from commit.spec.schema import Schema
-from ingest.decode.batch import (
+from calving.commit.spec.schema import Schema
+from calving.ingest.decode.batch import (
     OP_UPSERT,
     BatchAssembler,
     DecodedBatch,
@@ -36,14 +36,14 @@ from ingest.decode.batch import (
     UnknownSchemaIdError,
     WireFormatError,
 )
-from ingest.decode.coerce import (
+from calving.ingest.decode.coerce import (
     CoercionError,
     CoercionOptions,
     EpochTime,
     EpochUnit,
     json_type_name,
 )
-from ingest.decode.schema_registry import SchemaNotFoundError, SchemaSource
+from calving.ingest.decode.schema_registry import SchemaNotFoundError, SchemaSource
 
 MAGIC_BYTE = 0
 HEADER_SIZE = 5

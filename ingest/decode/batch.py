@@ -5,7 +5,8 @@ In: the Kafka source's Arrow batch (``key``, ``value``, ``topic``, ``partition``
 
 Out: a ``DecodedBatch``: ``rows`` in the table's Arrow schema plus ``_op`` (0 upsert or
 insert, 1 delete), ``_partition``, ``_offset`` and ``_topic``; ``dead_letters`` with the
-record's coordinates, its raw bytes and a typed error; and the unknown fields seen. Every
+record's coordinates, its raw bytes and a typed error; and the unknown fields of the
+rows (never of dead letters: they must not add columns). Every
 input record lands in exactly one of the two tables: ``BatchAssembler.finish`` checks it.
 Delete rows carry only the identifier columns; their other columns are null even where
 the schema says required (the sink reads only the keys of delete rows).
@@ -21,17 +22,17 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from commit.errors import ConfigError, CorruptRecordError, Terminal
-from commit.spec.schema import Schema
-from commit.spec.types import PrimitiveType
-from ingest.decode.coerce import (
+from calving.commit.errors import ConfigError, CorruptRecordError, Terminal
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import PrimitiveType
+from calving.ingest.decode.coerce import (
     CoercionError,
     CoercionOptions,
     StructConverter,
     UnknownFields,
     build_converter,
 )
-from ingest.write.arrow_schema import schema_to_arrow
+from calving.ingest.write.arrow_schema import schema_to_arrow
 
 OP_UPSERT = 0
 OP_DELETE = 1
@@ -266,9 +267,18 @@ class BatchAssembler:
         self._arrow_parts: list[tuple[np.ndarray, list[pa.Array]]] = []
         self._dead_index: list[int] = []
         self._dead_errors: list[RecordDecodeError] = []
+        #: Unknown fields of the record being decoded: decoders collect into it, then
+        #: ``add_row``/``add_arrow_rows`` keep it for those rows and ``reject`` drops it.
         self.unknown: dict[str, set[str]] = {}
+        self._unknown_of: list[tuple[np.ndarray, dict[str, set[str]]]] = []
+
+    def _keep_unknown(self, indices: np.ndarray) -> None:
+        if self.unknown:
+            self._unknown_of.append((indices, self.unknown))
+            self.unknown = {}
 
     def add_row(self, index: int, op: int, values: list) -> None:
+        self._keep_unknown(np.array([index], dtype=np.int64))
         self._row_index.append(index)
         self._row_ops.append(op)
         self._row_values.append(values)
@@ -276,17 +286,25 @@ class BatchAssembler:
     def add_arrow_rows(self, indices: np.ndarray, columns: list[pa.Array]) -> None:
         """Upsert rows already in Arrow form (the vectorized JSON path)."""
         if len(indices):
-            self._arrow_parts.append((np.asarray(indices, dtype=np.int64), columns))
+            indices = np.asarray(indices, dtype=np.int64)
+            self._keep_unknown(indices)
+            self._arrow_parts.append((indices, columns))
 
     def add_dead(self, index: int, error: RecordDecodeError) -> None:
+        self.unknown = {}  # a dead letter's unknown fields never become columns
         self._dead_index.append(index)
         self._dead_errors.append(error)
 
     def reject(self, index: int, problem: Reject | CoercionError) -> None:
+        # Its unknown fields are named in the error (a misspelt column is often the cause).
+        extra = f"; fields not in the table: {', '.join(sorted(self.unknown))}"
+        extra = extra if self.unknown else ""
         if isinstance(problem, CoercionError):
-            self.add_dead(index, self.batch.error(index, SchemaMismatchError, problem.describe()))
+            reason = problem.describe() + extra
+            self.add_dead(index, self.batch.error(index, SchemaMismatchError, reason))
         else:
-            self.add_dead(index, self.batch.error(index, problem.error_class, problem.reason))
+            reason = problem.reason + extra
+            self.add_dead(index, self.batch.error(index, problem.error_class, reason))
 
     def finish(self) -> DecodedBatch:
         conv = self.converter
@@ -318,8 +336,18 @@ class BatchAssembler:
         rows = self._rows_table(parts, indices, ops)
         dead = self._dead_table()
         self._check_partition(indices)
-        unknown = {k: frozenset(v) for k, v in sorted(self.unknown.items())}
-        return DecodedBatch(rows=rows, dead_letters=dead, unknown_fields=unknown)
+        return DecodedBatch(rows=rows, dead_letters=dead, unknown_fields=self._live_unknown())
+
+    def _live_unknown(self) -> dict[str, frozenset[str]]:
+        """Unknown fields of the records that became rows (not of dead letters)."""
+        dead = np.asarray(self._dead_index, dtype=np.int64)
+        live: dict[str, set[str]] = {}
+        for indices, fields in self._unknown_of:
+            if len(dead) and np.isin(indices, dead).all():
+                continue
+            for path, kinds in fields.items():
+                live.setdefault(path, set()).update(kinds)
+        return {k: frozenset(v) for k, v in sorted(live.items())}
 
     def _rows_table(
         self, parts: list[pa.Table], indices: list[np.ndarray], ops: list[np.ndarray]

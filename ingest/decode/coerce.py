@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Literal
 
-from commit.errors import ConfigError
-from commit.spec.types import (
+from calving.commit.errors import ConfigError
+from calving.commit.spec.types import (
     IcebergType,
     ListType,
     MapType,

@@ -33,15 +33,15 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from commit.errors import ConfigError
-from commit.spec.schema import Schema
-from commit.spec.types import PrimitiveType
-from ingest.decode.avro_confluent import (
+from calving.commit.errors import ConfigError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import PrimitiveType
+from calving.ingest.decode.avro_confluent import (
     ConfluentAvroReader,
     FieldAnnotation,
     record_annotations,
 )
-from ingest.decode.batch import (
+from calving.ingest.decode.batch import (
     OP_DELETE,
     OP_UPSERT,
     BatchAssembler,
@@ -54,15 +54,15 @@ from ingest.decode.batch import (
     SchemaMismatchError,
     UnsupportedOperationError,
 )
-from ingest.decode.coerce import (
+from calving.ingest.decode.coerce import (
     CoercionError,
     CoercionOptions,
     EpochTime,
     EpochUnit,
     json_type_name,
 )
-from ingest.decode.json_values import parse_json
-from ingest.decode.schema_registry import SchemaSource
+from calving.ingest.decode.json_values import parse_json
+from calving.ingest.decode.schema_registry import SchemaSource
 
 _EPOCH_UNITS = {
     "io.debezium.time.Date": "D",

@@ -19,8 +19,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from commit.spec.schema import Schema
-from commit.spec.types import (
+from calving.commit.spec.schema import FieldIds, Schema, assign_fresh_ids
+from calving.commit.spec.types import (
     BOOLEAN,
     DATE,
     DOUBLE,
@@ -33,9 +33,9 @@ from commit.spec.types import (
     NestedField,
     StructType,
 )
-from ingest.decode.batch import Reject
-from ingest.decode.coerce import DATE_PATTERN, OFFSET_PATTERN, TIMESTAMP_PATTERN
-from ingest.decode.json_values import parse_json
+from calving.ingest.decode.batch import Reject
+from calving.ingest.decode.coerce import DATE_PATTERN, OFFSET_PATTERN, TIMESTAMP_PATTERN
+from calving.ingest.decode.json_values import parse_json
 
 _ZONED = re.compile(TIMESTAMP_PATTERN.removesuffix("?") + r"\Z")
 _NAIVE = re.compile(TIMESTAMP_PATTERN.removesuffix(OFFSET_PATTERN + "?") + r"\Z")
@@ -79,9 +79,7 @@ def infer_schema(
         _merge_object(root, obj, detect_temporal, 1, max_depth)
     conflicts: dict[str, str] = {}
     resolved = _resolve_fields(root, "", conflicts)
-    ids = _IdCounter()
-    fields = _assign_ids(resolved, ids)
-    return InferredSchema(Schema(fields), conflicts, read, skipped)
+    return InferredSchema(Schema(assign_fresh_ids(resolved, FieldIds())), conflicts, read, skipped)
 
 
 def _as_object(value: Any) -> dict[str, Any] | None:
@@ -148,9 +146,9 @@ def _merge_value(shape: _Shape, value: Any, detect: bool, depth: int, limit: int
             _merge_value(shape.element, e, detect, depth + 1, limit)
 
 
-def _resolve(shape: _Shape, path: str, conflicts: dict[str, str]) -> Any:
-    """A shape -> an unnumbered type (``("struct", [(name, t)])``, ``("list", t)`` or a
-    primitive), or None after recording why in ``conflicts``."""
+def _resolve(shape: _Shape, path: str, conflicts: dict[str, str]) -> IcebergType | None:
+    """A shape -> a type with placeholder ids (0; ``assign_fresh_ids`` numbers them),
+    or None after recording why in ``conflicts``."""
     kinds = shape.kinds - {"null"}
     if kinds == {"long", "double"}:
         kinds = {"double"}
@@ -167,13 +165,13 @@ def _resolve(shape: _Shape, path: str, conflicts: dict[str, str]) -> Any:
         return None
     kind = kinds.pop()
     if kind == "struct":
-        return ("struct", _resolve_fields(shape, path + ".", conflicts))
+        return StructType(_resolve_fields(shape, path + ".", conflicts))
     if kind == "list":
         if shape.element is None or not (shape.element.kinds - {"null"}):
             conflicts[path] = "only empty lists (or lists of nulls) seen; element type unknown"
             return None
         element = _resolve(shape.element, path + "[]", conflicts)
-        return None if element is None else ("list", element)
+        return None if element is None else ListType(0, element, element_required=False)
     return {
         "boolean": BOOLEAN,
         "long": LONG,
@@ -185,34 +183,12 @@ def _resolve(shape: _Shape, path: str, conflicts: dict[str, str]) -> Any:
     }[kind]
 
 
-def _resolve_fields(shape: _Shape, prefix: str, conflicts: dict[str, str]) -> list:
+def _resolve_fields(
+    shape: _Shape, prefix: str, conflicts: dict[str, str]
+) -> tuple[NestedField, ...]:
     out = []
     for name, child in shape.fields.items():
         t = _resolve(child, prefix + name, conflicts)
         if t is not None:
-            out.append((name, t))
-    return out
-
-
-class _IdCounter:
-    def __init__(self) -> None:
-        self.last = 0
-
-    def next(self) -> int:
-        self.last += 1
-        return self.last
-
-
-def _assign_ids(fields: list, ids: _IdCounter) -> tuple[NestedField, ...]:
-    # Ids for this level first, then each child's subtree: Iceberg's usual numbering.
-    own = [(ids.next(), name, t) for name, t in fields]
-    return tuple(NestedField(fid, name, _numbered(t, ids), required=False) for fid, name, t in own)
-
-
-def _numbered(t: Any, ids: _IdCounter) -> IcebergType:
-    if isinstance(t, tuple) and t[0] == "struct":
-        return StructType(_assign_ids(t[1], ids))
-    if isinstance(t, tuple) and t[0] == "list":
-        element_id = ids.next()
-        return ListType(element_id, _numbered(t[1], ids), element_required=False)
-    return t
+            out.append(NestedField(0, name, t, required=False))
+    return tuple(out)

@@ -34,9 +34,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
 
-from commit.spec.schema import Schema
-from commit.spec.types import IcebergType, ListType, StructType
-from ingest.decode.batch import (
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import IcebergType, ListType, StructType
+from calving.ingest.decode.batch import (
     OP_UPSERT,
     BatchAssembler,
     DecodedBatch,
@@ -46,7 +46,7 @@ from ingest.decode.batch import (
     Reject,
     RowConverter,
 )
-from ingest.decode.coerce import (
+from calving.ingest.decode.coerce import (
     CoercionError,
     CoercionOptions,
     EpochUnit,
@@ -225,17 +225,24 @@ class _VectorReader:
         if good.all():
             out.add_arrow_rows(idx, columns)
             return []
+        if out.unknown:  # gathered over the whole chunk: keep only the good rows' fields
+            out.unknown = {}
+            self._scan_unknown(values, idx[good], out)
         keep = pa.array(good)
         out.add_arrow_rows(idx[good], [c.filter(keep) for c in columns])
         return [idx[bad]]
 
     def _scan_unknown(self, values: pa.Array, idx: np.ndarray, out: BatchAssembler) -> None:
-        # Arrow could not infer one type per unknown field; collect names record by record.
+        # Arrow could not infer one type per unknown field; collect names record by record
+        # (not those of records the converter refuses: they become dead letters).
         for raw in values.take(pa.array(idx)).to_pylist():
+            fields: dict[str, set[str]] = {}
             try:
-                self.converter.convert(parse_json_object(raw), out.unknown)
+                self.converter.convert(parse_json_object(raw), fields)
             except (Reject, CoercionError):
-                pass
+                continue
+            for path, kinds in fields.items():
+                out.unknown.setdefault(path, set()).update(kinds)
 
     def _finish(self, table: pa.Table) -> tuple[list[pa.Array], np.ndarray]:
         bad = np.zeros(table.num_rows, dtype=bool)

@@ -24,7 +24,7 @@ import urllib.request
 from pathlib import Path
 from typing import Protocol
 
-from commit.errors import ConfigError, Terminal, Transient
+from calving.commit.errors import ConfigError, Terminal, Transient
 
 DEFAULT_USERNAME_ENV = "CALVING_SCHEMA_REGISTRY_USERNAME"
 DEFAULT_PASSWORD_ENV = "CALVING_SCHEMA_REGISTRY_PASSWORD"

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from commit.errors import ConfigError
-from commit.spec.schema import Schema
-from ingest.decode.batch import (
+from calving.commit.errors import ConfigError
+from calving.commit.spec.schema import Schema
+from calving.ingest.decode.batch import (
     OP_DELETE,
     OP_UPSERT,
     BatchAssembler,
@@ -24,9 +24,9 @@ from ingest.decode.batch import (
     RowConverter,
     SchemaMismatchError,
 )
-from ingest.decode.coerce import CoercionError
-from ingest.decode.debezium import scalar_key_object
-from ingest.decode.json_values import JsonOptions, parse_json, parse_json_object
+from calving.ingest.decode.coerce import CoercionError
+from calving.ingest.decode.debezium import scalar_key_object
+from calving.ingest.decode.json_values import JsonOptions, parse_json, parse_json_object
 
 
 class KeyUpsertDecoder:

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import TextIO
 
-from ingest.sink.coordinator import BatchStats
+from calving.ingest.sink.coordinator import BatchStats
 
 
 @dataclass

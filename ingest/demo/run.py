@@ -16,14 +16,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from commit.errors import CalvingError
-from ingest.config.loader import parse_config
-from ingest.demo.generator import COLUMN_NAMES, COLUMNS, CdcGenerator, ChangeStream
-from ingest.demo.progress import Progress
-from ingest.demo.verify import ReadBack, compare, duckdb_available, duckdb_rows, pyiceberg_rows
-from ingest.kafka.broker import EmbeddedBroker
-from ingest.kafka.producer import produce
-from ingest.pipeline import Pipeline, build_pipeline, spark_session
+from calving.commit.errors import CalvingError
+from calving.ingest.config.loader import parse_config
+from calving.ingest.demo.generator import COLUMN_NAMES, COLUMNS, CdcGenerator, ChangeStream
+from calving.ingest.demo.progress import Progress
+from calving.ingest.demo.verify import (
+    ReadBack,
+    compare,
+    duckdb_available,
+    duckdb_rows,
+    pyiceberg_rows,
+)
+from calving.ingest.kafka.broker import EmbeddedBroker
+from calving.ingest.kafka.producer import produce
+from calving.ingest.pipeline import Pipeline, build_pipeline, spark_session
 
 log = logging.getLogger("calving.demo")
 
@@ -231,8 +237,8 @@ def _check(
 def _non_dv_delete_files(table: Any, manifests: Any) -> int:
     """Live delete files that are not deletion vectors (equality deletes, v2 position
     delete files): calving must never write any."""
-    from commit.spec.data_file import EntryStatus, FileContent, ManifestContent
-    from commit.table.scan import manifest_entries
+    from calving.commit.spec.data_file import EntryStatus, FileContent, ManifestContent
+    from calving.commit.table.scan import manifest_entries
 
     return sum(
         1

@@ -5,7 +5,7 @@ and benchmarks run Tansu with memory storage on a free loopback port. The broker
 process that never outlives its owner: it is stopped on context exit, at interpreter exit,
 and (on Linux) killed by the kernel if the owning process dies first.
 
-Tansu quirk worth knowing (see ``ingest.kafka.producer``): its high watermark is the base
+Tansu quirk worth knowing (see ``calving.ingest.kafka.producer``): its high watermark is the base
 offset of the last record batch plus one, so the tail of a multi-record batch only becomes
 visible through watermarks once another batch arrives.
 """
@@ -27,7 +27,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING
 
-from commit.errors import Terminal
+from calving.commit.errors import Terminal
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from commit.errors import ConfigError, Terminal
+from calving.commit.errors import ConfigError, Terminal
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from commit.errors import ConfigError
-from ingest.kafka.offsets import (
+from calving.commit.errors import ConfigError
+from calving.ingest.kafka.offsets import (
     Offsets,
     TopicPartition,
     parse_assign_option,
@@ -22,6 +22,10 @@ from ingest.kafka.offsets import (
 
 #: The option naming calving's exactly-once ledger: next uncommitted offset per partition.
 STARTING_LEDGER = "calving.startingLedger"
+#: How long (ms) the driver keeps asking an unreachable cluster for metadata or offsets,
+#: all retries included, before the query fails with ``KafkaUnavailableError``.
+CONNECT_TIMEOUT = "calving.connectTimeoutMs"
+DEFAULT_CONNECT_TIMEOUT_MS = 30_000
 
 _KAFKA_PREFIX = "kafka."
 _SUBSCRIPTION_KINDS = ("subscribe", "subscribePattern", "assign")
@@ -39,6 +43,7 @@ _KNOWN = {
         "fetchOffset.numRetries",
         "fetchOffset.retryIntervalMs",
         STARTING_LEDGER,
+        CONNECT_TIMEOUT,
     )
 }
 #: Consumer settings the source owns; Spark refuses the same ones.
@@ -95,6 +100,7 @@ class KafkaSourceOptions:
     poll_timeout_s: float = 120.0
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_s: float = 0.01
+    connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_MS / 1000
 
     @property
     def read_committed(self) -> bool:
@@ -137,6 +143,8 @@ class KafkaSourceOptions:
             poll_timeout_s=(_positive_int(opts, "kafkaConsumer.pollTimeoutMs") or 120_000) / 1000,
             fetch_offset_retries=_non_negative_int(opts, "fetchOffset.numRetries", 3),
             fetch_offset_retry_interval_s=_non_negative_int(opts, "fetchOffset.retryIntervalMs", 10)
+            / 1000,
+            connect_timeout_s=(_positive_int(opts, CONNECT_TIMEOUT) or DEFAULT_CONNECT_TIMEOUT_MS)
             / 1000,
         )
 

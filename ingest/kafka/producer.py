@@ -13,7 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from commit.errors import Transient
+_MSG_SIZE_TOO_LARGE = 10  # confluent_kafka.KafkaError.MSG_SIZE_TOO_LARGE
+
+from calving.commit.errors import Transient
 
 Header = tuple[str, str | bytes | None]
 #: (partition, key, value, headers)
@@ -43,12 +45,16 @@ _FAST_CONFIG: dict[str, Any] = {
 class _Deliveries:
     """Delivery-report bookkeeping: highest acknowledged offset per partition."""
 
-    def __init__(self) -> None:
+    def __init__(self, too_large: list[Record] | None = None) -> None:
         self.high: dict[int, int] = {}
         self.failures: list[str] = []
+        self.too_large = too_large
 
-    def __call__(self, error: Any, message: Any) -> None:
+    def __call__(self, error: Any, message: Any, record: Record | None = None) -> None:
         if error is not None:
+            if self.too_large is not None and record is not None and _is_too_large(error):
+                self.too_large.append(record)
+                return
             self.failures.append(
                 f"{message.topic()}/{message.partition()}: {error.str() if error else error}"
             )
@@ -65,17 +71,24 @@ def produce(
     *,
     config: Mapping[str, Any] | None = None,
     timeout: float = 60.0,
+    too_large: list[Record] | None = None,
 ) -> dict[int, int]:
     """Produce ``records`` to ``topic``; return each partition's end offset (last + 1).
 
     ``records`` are ``(partition, key, value, headers)`` with ``headers`` a list of
     ``(str, bytes | None)`` or ``None``. Order within a partition is kept. Raises
     ``ProduceError`` if any record was not acknowledged within ``timeout`` seconds.
+    With ``too_large`` (a list), records refused for their size (``message.max.bytes``
+    of the producer, or the broker's limit) are appended to it instead of failing.
     """
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
 
-    producer = Producer({**_FAST_CONFIG, **(config or {}), "bootstrap.servers": bootstrap})
-    deliveries = _Deliveries()
+    from calving.ingest.kafka.client_log import with_client_log
+
+    producer = Producer(
+        with_client_log({**_FAST_CONFIG, **(config or {}), "bootstrap.servers": bootstrap})
+    )
+    deliveries = _Deliveries(too_large)
     held_last: dict[int, Record] = {}
 
     def send(record: Record) -> None:
@@ -88,8 +101,13 @@ def produce(
                     key=key,
                     partition=partition,
                     headers=headers,
-                    on_delivery=deliveries,
+                    on_delivery=lambda err, msg: deliveries(err, msg, record),
                 )
+                return
+            except KafkaException as err:
+                if too_large is None or not _is_too_large(err.args[0]):
+                    raise
+                too_large.append(record)
                 return
             except BufferError:
                 producer.poll(0.05)  # local queue full: let deliveries drain it
@@ -110,6 +128,10 @@ def produce(
             f"{deliveries.failures[0]}"
         )
     return {partition: offset + 1 for partition, offset in sorted(deliveries.high.items())}
+
+
+def _is_too_large(error: Any) -> bool:
+    return bool(getattr(error, "code", lambda: None)() == _MSG_SIZE_TOO_LARGE)
 
 
 def _flush(producer: Any, timeout: float) -> None:

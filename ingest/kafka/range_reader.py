@@ -18,9 +18,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from commit.errors import Terminal, Transient
-from ingest.kafka.offsets import KafkaDataLossError, OffsetRange
-from ingest.kafka.options import KafkaSourceOptions
+from calving.commit.errors import Terminal, Transient
+from calving.ingest.kafka.client_log import with_client_log
+from calving.ingest.kafka.offsets import KafkaDataLossError, OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
 
 _log = logging.getLogger("calving.ingest.kafka")
 
@@ -151,9 +152,9 @@ def read_range(
     from confluent_kafka import Consumer, KafkaException
 
     try:
-        consumer = Consumer(consumer_config(options))
+        consumer = Consumer(with_client_log(consumer_config(options)))
     except KafkaException as error:
-        from commit.errors import ConfigError
+        from calving.commit.errors import ConfigError
 
         raise ConfigError(f"kafka.* options rejected by the Kafka client: {error}") from None
     try:

@@ -12,7 +12,7 @@ below which nothing is ever read again.
           .option("subscribe", "orders").load())
 
 Driver side (one long-lived reader object): offsets are planned from the broker's
-watermarks; executors read each planned range (``ingest.kafka.range_reader``).
+watermarks; executors read each planned range (``calving.ingest.kafka.range_reader``).
 """
 
 from __future__ import annotations
@@ -42,8 +42,9 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from commit.errors import ConfigError, Transient
-from ingest.kafka.offsets import (
+from calving.commit.errors import ConfigError, Transient
+from calving.ingest.kafka.client_log import with_client_log
+from calving.ingest.kafka.offsets import (
     EARLIEST,
     LATEST,
     OffsetRange,
@@ -56,8 +57,8 @@ from ingest.kafka.offsets import (
     resolve_read_start,
     split_ranges,
 )
-from ingest.kafka.options import KafkaSourceOptions
-from ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.range_reader import read_range
 
 SOURCE_NAME = "calving-kafka"
 
@@ -89,8 +90,8 @@ def kafka_arrow_schema(include_headers: bool = False) -> pa.Schema:
 
 
 class KafkaUnavailableError(Transient):
-    """The broker did not answer a metadata or offset request (after the configured
-    ``fetchOffset.numRetries``)."""
+    """The broker did not answer a metadata or offset request within
+    ``calving.connectTimeoutMs`` (after up to ``fetchOffset.numRetries`` retries)."""
 
 
 class KafkaInputPartition(InputPartition):
@@ -102,19 +103,23 @@ class KafkaInputPartition(InputPartition):
 
 
 class BrokerView:
-    """Driver-side questions to the broker: which partitions exist, their offsets."""
+    """Driver-side questions to the broker: which partitions exist, their offsets.
+
+    Every question is bounded by ``connect_timeout_s`` in all (retries included), so an
+    unreachable cluster or a refused login ends in one ``KafkaUnavailableError`` naming
+    the bootstrap servers, with librdkafka's own lines at DEBUG only."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         from confluent_kafka.admin import AdminClient
 
         self._options = options
-        self._admin = AdminClient(dict(options.client_config))
+        self._admin = AdminClient(with_client_log(options.client_config))
 
     def partitions(self) -> list[TopicPartition]:
         """The subscribed topic-partitions as they are now (patterns re-evaluated)."""
 
-        def fetch() -> dict[str, int]:
-            metadata = self._admin.list_topics(timeout=self._options.poll_timeout_s)
+        def fetch(timeout: float) -> dict[str, int]:
+            metadata = self._admin.list_topics(timeout=timeout)
             return {
                 name: len(topic.partitions)
                 for name, topic in metadata.topics.items()
@@ -144,32 +149,49 @@ class BrokerView:
             else IsolationLevel.READ_UNCOMMITTED
         )
 
-        def fetch() -> Offsets:
+        def fetch(timeout: float) -> Offsets:
             futures = self._admin.list_offsets(
                 {KafkaTopicPartition(t, p): spec for t, p in wanted},
                 isolation_level=isolation,
-                request_timeout=self._options.poll_timeout_s,
+                request_timeout=timeout,
             )
             return {
-                (tp.topic, tp.partition): int(future.result().offset)
+                (tp.topic, tp.partition): int(future.result(timeout=timeout + 1).offset)
                 for tp, future in futures.items()
             }
 
         return self._retry("list " + ("latest" if latest else "earliest") + " offsets", fetch)
 
-    def _retry(self, what: str, call: Callable[[], _T]) -> _T:
-        attempts = self._options.fetch_offset_retries + 1
-        for attempt in range(attempts):
+    def _retry(self, what: str, call: Callable[[float], _T]) -> _T:
+        opts = self._options
+        attempts = opts.fetch_offset_retries + 1
+        began = time.monotonic()
+        deadline = began + opts.connect_timeout_s
+        for attempt in range(1, attempts + 1):
+            remaining = deadline - time.monotonic()
             try:
-                return call()
+                return call(max(0.1, min(opts.poll_timeout_s, remaining)))
             except Exception as error:  # the client raises KafkaException and friends
-                if attempt + 1 == attempts:
+                last = attempt == attempts or deadline - time.monotonic() <= 0
+                _log.debug("%s at %s, attempt %d: %s", what, opts.bootstrap_servers, attempt, error)
+                if last:
                     raise KafkaUnavailableError(
-                        f"{what} at {self._options.bootstrap_servers} failed after "
-                        f"{attempts} attempt(s): {error}"
+                        f"{what} at {opts.bootstrap_servers}: no answer after {attempt} "
+                        f"attempt(s) in {time.monotonic() - began:.1f}s "
+                        f"({_kafka_reason(error)}); "
+                        "check source.bootstrap_servers, the network and the [source.kafka] "
+                        "security settings (source.connect_timeout_ms bounds the wait)"
                     ) from error
-                time.sleep(self._options.fetch_offset_retry_interval_s)
+                time.sleep(min(opts.fetch_offset_retry_interval_s, max(0.0, remaining)))
         raise AssertionError("unreachable")
+
+
+def _kafka_reason(error: BaseException) -> str:
+    """librdkafka's reason without the ``KafkaError{code=...}`` wrapping."""
+    inner = error.args[0] if error.args else error
+    text = getattr(inner, "str", None)
+    reason = text() if callable(text) else str(inner)
+    return reason or type(error).__name__
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

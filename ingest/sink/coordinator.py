@@ -9,25 +9,25 @@ ledger claim, so a replay skips both.
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 
 import pyarrow as pa
 from pyroaring import BitMap64
 
-from commit import index as pk
-from commit.errors import CalvingError, CommitStateUnknownError
-from commit.spec.data_file import DataFile
-from commit.spec.metadata import TableMetadata
-from commit.table.actions.fast_append import FastAppend
-from commit.table.actions.row_delta import RowDelta
-from commit.table.actions.update_properties import UpdateProperties
-from commit.table.committer import CommitOutcome, Committed, Conflicted, Skipped, Unknown
-from commit.table.ledger import LedgerClaim, OffsetRange, TopicPartition, read_ledger
-from commit.table.table import Table
-from ingest.sink.messages import data_file_from_json, table_from_ipc
+from calving.commit import index as pk
+from calving.commit.errors import CalvingError, CommitStateUnknownError
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.row_delta import RowDelta
+from calving.commit.table.actions.update_properties import UpdateProperties
+from calving.commit.table.committer import CommitOutcome, Committed, Conflicted, Skipped, Unknown
+from calving.commit.table.ledger import LedgerClaim, OffsetRange, TopicPartition, read_ledger
+from calving.commit.table.table import Table
+from calving.ingest.sink import messages as msg
 
 log = logging.getLogger("calving.coordinator")
 
@@ -44,54 +44,184 @@ class BatchStats:
     dead_letters: int = 0
     snapshot_id: int | None = None
     ranges: dict[TopicPartition, OffsetRange] = field(default_factory=dict)
+    commit_attempts: int = 0  # of the snapshot commit (attempts - 1 lost the catalog swap)
 
 
 @dataclass
 class ParsedMessages:
+    """A batch's commit messages, gathered: what the coordinator commits."""
+
     files: list[tuple[DataFile, pa.Table | None]] = field(default_factory=list)
     delete_keys: list[pa.Table] = field(default_factory=list)
     dead_letter_files: list[DataFile] = field(default_factory=list)
-    dead_letters: int = 0
+    #: Coordinates of the dead letters sent to the dead-letter topic.
+    dead_letters_sent: set[msg.Coordinates] = field(default_factory=set)
     ranges: dict[TopicPartition, OffsetRange] = field(default_factory=dict)
     unknown_fields: dict[str, set[str]] = field(default_factory=dict)
+    #: Oldest and newest Kafka record timestamps (epoch ms) of the batch, if any.
+    timestamp_min_ms: int | None = None
+    timestamp_max_ms: int | None = None
+    #: Input rows seen (the decoded-rows path; the Kafka path counts offsets).
+    rows_seen: int = 0
 
     @property
     def records(self) -> int:
         return sum(r.end - r.start for r in self.ranges.values())
 
+    @property
+    def dead_letters(self) -> int:
+        """Dead letters of the batch: rows of the dead-letter table's files, or (no
+        table) the records sent to the topic."""
+        if self.dead_letter_files:
+            return sum(f.record_count for f in self.dead_letter_files)
+        return len(self.dead_letters_sent)
 
-def parse_messages(messages: pa.Table) -> ParsedMessages:
-    out = ParsedMessages()
-    columns = (messages.column(c).to_pylist() for c in ("kind", "payload", "keys", "count"))
-    for kind, payload, keys, count in zip(*columns):
-        if kind == "data":
-            out.files.append((data_file_from_json(payload), table_from_ipc(keys)))
-        elif kind == "deletes":
-            t = table_from_ipc(keys)
-            if t is not None and t.num_rows:
-                out.delete_keys.append(t)
-        elif kind == "range":
-            topic, partition, start, end = json.loads(payload)
-            tp = (topic, int(partition))
-            seen = out.ranges.get(tp)
+    def add_timestamps(self, low: int | None = None, high: int | None = None) -> None:
+        lo, hi = self.timestamp_min_ms, self.timestamp_max_ms
+        if low is not None:
+            self.timestamp_min_ms = low if lo is None else min(low, lo)
+        if high is not None:
+            self.timestamp_max_ms = high if hi is None else max(high, hi)
+
+    def add(self, m: msg.Message) -> None:
+        if isinstance(m, msg.DataFileWritten):
+            self.files.append((m.file, m.keys))
+        elif isinstance(m, msg.KeysDeleted):
+            if m.keys.num_rows:
+                self.delete_keys.append(m.keys)
+        elif isinstance(m, msg.RangeSeen):
+            self.add_timestamps(m.timestamp_min_ms, m.timestamp_max_ms)
+            tp = (m.topic, m.partition)
+            start, end = m.start, m.end
+            seen = self.ranges.get(tp)
             if seen is not None:
                 start, end = min(start, seen.start), max(end, seen.end)
-            out.ranges[tp] = OffsetRange(int(start), int(end))
-        elif kind == "deadletter":
-            out.dead_letter_files.append(data_file_from_json(payload))
-            out.dead_letters += int(count or 0)
-        elif kind == "deadletter-count":
-            out.dead_letters += int(count or 0)
-        elif kind == "unknown":
-            for path, kinds in json.loads(payload).items():
-                out.unknown_fields.setdefault(path, set()).update(kinds)
-    return out
+            self.ranges[tp] = OffsetRange(start, end)
+        elif isinstance(m, msg.DeadLetterFileWritten):
+            self.dead_letter_files.append(m.file)
+        elif isinstance(m, msg.DeadLettersSent):
+            self.dead_letters_sent.update(m.coordinates)
+        elif isinstance(m, msg.UnknownFields):
+            for path, kinds in m.fields.items():
+                self.unknown_fields.setdefault(path, set()).update(kinds)
+        elif isinstance(m, msg.RowsSeen):
+            self.rows_seen += m.count
+
+    @classmethod
+    def of(cls, messages: Iterable[msg.Message]) -> ParsedMessages:
+        out = cls()
+        for m in messages:
+            out.add(m)
+        return out
+
+
+def parse_messages(messages: pa.Table) -> ParsedMessages:
+    """The collected Arrow message rows of a batch, decoded and gathered."""
+    return ParsedMessages.of(msg.decode(messages))
+
+
+# ---------------------------------------------------------------- index state
+
+
+@dataclass(frozen=True)
+class IndexState:
+    """The coordinator's primary-key index, as a value each step takes and returns.
+
+    ``index`` reflects the table at ``index.snapshot_id`` (None: not opened yet);
+    ``unsaved_commits`` counts our commits applied since it was last saved with the table.
+    The index object itself is updated in place by ``advance_index`` (it is large);
+    the state returned is the one to use next.
+    """
+
+    index: pk.PrimaryKeyIndex | None = None
+    unsaved_commits: int = 0
+
+
+def current_index(io: FileIO, state: IndexState, metadata: TableMetadata) -> IndexState:
+    """The index at ``metadata``'s current snapshot: opened, or caught up."""
+    if state.index is None:
+        return replace(state, index=pk.open_index(io, metadata))
+    if state.index.snapshot_id != metadata.current_snapshot_id:
+        return replace(state, index=pk.catch_up(io, state.index, metadata))
+    return state
+
+
+class Rebase:
+    """``RowDelta``'s rebase step for one batch: deletes aimed at files a concurrent
+    rewrite removed are found again in the rewritten table. The index it rebuilt for
+    that (``rebuilt``) is the commit's output, for ``advance_index``."""
+
+    def __init__(self, io: FileIO, key_field_ids: tuple[int, ...], keys: pa.Table | None) -> None:
+        self.io = io
+        self.key_field_ids = key_field_ids
+        self.keys = keys
+        self.rebuilt: pk.PrimaryKeyIndex | None = None
+
+    def __call__(self, base: TableMetadata, gone: Mapping[str, BitMap64]) -> dict[str, BitMap64]:
+        """Positions already requested are unioned, so returning every live match of
+        the batch's keys is exact and idempotent."""
+        self.rebuilt = pk.build_from_table(self.io, base, self.key_field_ids)
+        log.info("rebuilt the primary-key index after a rewrite of %d file(s)", len(gone))
+        if self.keys is None:
+            return {}
+        return self.rebuilt.lookup(self.keys).deletes()
+
+
+def advance_index(
+    io: FileIO,
+    state: IndexState,
+    parsed: ParsedMessages,
+    deletes: Mapping[str, BitMap64],
+    metadata: TableMetadata,
+    rebuilt: pk.PrimaryKeyIndex | None,
+) -> IndexState:
+    """The index after our commit (``metadata``): applied in memory when the commit sits
+    right on the index's snapshot; otherwise (other writers committed in between, or a
+    rebase rebuilt it) caught up from the table."""
+    index = rebuilt or state.index
+    assert index is not None
+    snapshot = metadata.current_snapshot
+    unsaved = state.unsaved_commits + 1
+    if rebuilt is not None or snapshot is None or snapshot.parent_snapshot_id != index.snapshot_id:
+        return IndexState(pk.catch_up(io, index, metadata), unsaved)
+    for path, positions in deletes.items():
+        index.delete_positions(path, positions)
+    for f, keys in parsed.files:
+        if keys is not None:
+            index.add_file(f.file_path, keys, row_count=f.record_count)
+    index.snapshot_id = snapshot.snapshot_id
+    return IndexState(index, unsaved)
+
+
+def save_index(table: Table, state: IndexState) -> tuple[IndexState, str | None]:
+    """Write the index and point the table at it (a metadata-only commit). An old
+    index file stays until the property no longer names it, then goes. Returns the new
+    state and the file written (None: nothing to save, or the table moved on)."""
+    index = state.index
+    if index is None or index.snapshot_id is None:
+        return state, None
+    if index.snapshot_id != table.metadata.current_snapshot_id:
+        return state, None  # someone committed since; the next batch catches up first
+    previous = table.metadata.properties.get(pk.INDEX_LOCATION_PROPERTY)
+    location = pk.save(table.io, index, table.metadata.location)
+    outcome = table.commit(UpdateProperties({pk.INDEX_LOCATION_PROPERTY: location}))
+    if isinstance(outcome, Committed | Skipped):
+        state = replace(state, unsaved_commits=0)
+        if previous and previous != location:
+            _delete_quietly(table, previous)
+    elif isinstance(outcome, Conflicted):
+        _delete_quietly(table, location)
+    return state, location
+
+
+# ---------------------------------------------------------------- coordinator
 
 
 class Coordinator:
     """Commits batches for one writer id. Keyed tables (identifier fields) keep a
-    primary-key index at the table's current snapshot, saved with the table every
-    ``index_save_every`` commits so a restart catches up instead of rescanning."""
+    primary-key index at the table's current snapshot (``index_state``), saved with the
+    table every ``index_save_every`` commits so a restart catches up instead of
+    rescanning."""
 
     def __init__(
         self,
@@ -105,11 +235,12 @@ class Coordinator:
         self.writer_id = writer_id
         self.dead_letter_table = dead_letter_table
         self.index_save_every = index_save_every
-        self.index: pk.PrimaryKeyIndex | None = None
+        self.index_state = IndexState()
         self.history: list[BatchStats] = []
-        self._unsaved_commits = 0
-        self._pending_keys: pa.Table | None = None
-        self._rebased = False
+
+    @property
+    def index(self) -> pk.PrimaryKeyIndex | None:
+        return self.index_state.index
 
     @property
     def keyed(self) -> bool:
@@ -132,6 +263,45 @@ class Coordinator:
         if not parsed.ranges:
             return stats
         claim = LedgerClaim(self.writer_id, dict(parsed.ranges), allow_gaps=True)
+        self._commit_dead_letters(batch_id, parsed, claim)
+        state = self.index_state
+        deletes: dict[str, BitMap64] = {}
+        rebase: Rebase | None = None
+        if self.keyed:
+            state = current_index(self.table.io, state, self.table.metadata)
+            assert state.index is not None
+            keys = _touched_keys(parsed)
+            if keys is not None:
+                deletes = state.index.lookup(keys).deletes()
+            rebase = Rebase(self.table.io, state.index.key_field_ids, keys)
+        self.index_state = state
+        added = tuple(f for f, _ in parsed.files)
+        action = RowDelta(
+            added,
+            deletes,
+            ledger=claim,
+            schema_id=self.table.metadata.current_schema_id,
+            rebase=rebase,
+        )
+        outcome = self.table.commit(action)
+        _expect_done(outcome, f"batch {batch_id}")
+        if isinstance(outcome, Skipped):
+            stats.outcome = "skipped"
+        elif isinstance(outcome, Committed):
+            _committed(stats, outcome, added, deletes)
+            if rebase is not None:
+                state = advance_index(
+                    self.table.io, state, parsed, deletes, outcome.metadata, rebase.rebuilt
+                )
+                self.index_state = state
+                if state.unsaved_commits >= self.index_save_every:
+                    self.save_index()
+        self.history.append(stats)
+        return stats
+
+    def _commit_dead_letters(
+        self, batch_id: int, parsed: ParsedMessages, claim: LedgerClaim
+    ) -> None:
         if self.dead_letter_table is not None and parsed.dead_letter_files:
             _expect_done(
                 self.dead_letter_table.commit(
@@ -139,107 +309,33 @@ class Coordinator:
                 ),
                 f"dead letters of batch {batch_id}",
             )
-        deletes: dict[str, BitMap64] = {}
-        index_base: int | None = None
-        if self.keyed:
-            index = self._current_index()
-            index_base = index.snapshot_id
-            keys = [k for _, k in parsed.files if k is not None and k.num_rows]
-            keys += parsed.delete_keys
-            self._pending_keys = pa.concat_tables(keys, promote_options="default") if keys else None
-            if self._pending_keys is not None:
-                deletes = index.lookup(self._pending_keys).deletes()
-        added = tuple(f for f, _ in parsed.files)
-        action = RowDelta(
-            added,
-            deletes,
-            ledger=claim,
-            schema_id=self.table.metadata.current_schema_id,
-            rebase=self._rebase if self.keyed else None,
-        )
-        outcome = self.table.commit(action)
-        _expect_done(outcome, f"batch {batch_id}")
-        if isinstance(outcome, Skipped):
-            stats.outcome = "skipped"
-        elif isinstance(outcome, Committed):
-            stats.outcome = "committed"
-            stats.snapshot_id = outcome.snapshot_id
-            stats.added_files = len(added)
-            stats.added_rows = sum(f.record_count for f in added)
-            stats.deleted_rows = sum(len(b) for b in deletes.values())
-            stats.dv_files = len(deletes)
-            if self.keyed:
-                self._advance_index(parsed, deletes, outcome.metadata, index_base)
-        self._pending_keys = None
-        self.history.append(stats)
-        return stats
-
-    # ------------------------------------------------------------ index
-
-    def _current_index(self) -> pk.PrimaryKeyIndex:
-        metadata = self.table.metadata
-        if self.index is None:
-            self.index = pk.open_index(self.table.io, metadata)
-        elif self.index.snapshot_id != metadata.current_snapshot_id:
-            self.index = pk.catch_up(self.table.io, self.index, metadata)
-        return self.index
-
-    def _advance_index(
-        self,
-        parsed: ParsedMessages,
-        deletes: Mapping[str, BitMap64],
-        metadata: TableMetadata,
-        base_snapshot: int | None,
-    ) -> None:
-        """Apply our own commit in memory, when it sits right on the index's snapshot;
-        otherwise (other writers committed in between) catch up from the table."""
-        index = self.index
-        assert index is not None
-        snapshot = metadata.current_snapshot
-        rebased = self._rebased
-        self._rebased = False
-        if rebased or snapshot is None or snapshot.parent_snapshot_id != base_snapshot:
-            self.index = pk.catch_up(self.table.io, index, metadata)
-        else:
-            for path, positions in deletes.items():
-                index.delete_positions(path, positions)
-            for f, keys in parsed.files:
-                if keys is not None:
-                    index.add_file(f.file_path, keys, row_count=f.record_count)
-            index.snapshot_id = snapshot.snapshot_id
-        self._unsaved_commits += 1
-        if self._unsaved_commits >= self.index_save_every:
-            self.save_index()
-
-    def _rebase(self, base: TableMetadata, gone: Mapping[str, BitMap64]) -> dict[str, BitMap64]:
-        """Deletes aimed at files a concurrent rewrite removed: find the keys' rows again
-        in the rewritten table. Positions already requested are unioned, so returning
-        every live match of the batch's keys is exact and idempotent."""
-        assert self.index is not None
-        self.index = pk.build_from_table(self.table.io, base, self.index.key_field_ids)
-        self._rebased = True
-        log.info("rebuilt the primary-key index after a rewrite of %d file(s)", len(gone))
-        if self._pending_keys is None:
-            return {}
-        return self.index.lookup(self._pending_keys).deletes()
 
     def save_index(self) -> str | None:
-        """Write the index and point the table at it (a metadata-only commit). An old
-        index file stays until the property no longer names it, then goes."""
-        if self.index is None or self.index.snapshot_id is None:
-            return None
-        if self.index.snapshot_id != self.table.metadata.current_snapshot_id:
-            return None  # someone committed since; the next batch catches up first
-        previous = self.table.metadata.properties.get(pk.INDEX_LOCATION_PROPERTY)
-        location = pk.save(self.table.io, self.index, self.table.metadata.location)
-        outcome = self.table.commit(UpdateProperties({pk.INDEX_LOCATION_PROPERTY: location}))
-        if isinstance(outcome, Committed | Skipped):
-            self._unsaved_commits = 0
-            if previous and previous != location:
-                _delete_quietly(self.table, previous)
-        elif isinstance(outcome, Conflicted):
-            _delete_quietly(self.table, location)
+        """Save the index with the table (see ``save_index``); returns the file written."""
+        self.index_state, location = save_index(self.table, self.index_state)
         return location
+
+
+def _touched_keys(parsed: ParsedMessages) -> pa.Table | None:
+    """Every key the batch upserted or deleted (their earlier versions get DVs)."""
+    keys = [k for _, k in parsed.files if k is not None and k.num_rows]
+    keys += parsed.delete_keys
+    return pa.concat_tables(keys, promote_options="default") if keys else None
+
+
+def _committed(
+    stats: BatchStats,
+    outcome: Committed,
+    added: tuple[DataFile, ...],
+    deletes: Mapping[str, BitMap64],
+) -> None:
+    stats.outcome = "committed"
+    stats.snapshot_id = outcome.snapshot_id
+    stats.commit_attempts = outcome.attempts
+    stats.added_files = len(added)
+    stats.added_rows = sum(f.record_count for f in added)
+    stats.deleted_rows = sum(len(b) for b in deletes.values())
+    stats.dv_files = len(deletes)
 
 
 def _delete_quietly(table: Table, location: str) -> None:

@@ -1,15 +1,14 @@
 """Functions Spark runs on executors through ``mapInArrow``: no driver state.
 
 Each task drops records the table's ledger already holds, decodes, writes data files
-and emits commit messages (``ingest.sink.messages``): one per data file, the keys the
+and emits commit messages (``calving.ingest.sink.messages``): one per data file, the keys the
 batch deleted, the Kafka offset range it saw, dead letters and unknown fields. The
 driver only ever collects these small message rows.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,20 +16,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from commit.io import FileIO
-from commit.spec.metadata import TableMetadata, parse_metadata
-from ingest.decode.batch import META_COLUMNS, OP_DELETE, OP_UPSERT, DecodedBatch
-from ingest.sink.dead_letters import DeadLetterTarget
-from ingest.sink.messages import (
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import TableMetadata, parse_metadata
+from calving.commit.table.properties import TableProperties
+from calving.ingest.decode.batch import META_COLUMNS, OP_DELETE, OP_UPSERT, DecodedBatch
+from calving.ingest.sink.dead_letters import DeadLetterTarget
+from calving.ingest.sink.messages import (
     MESSAGE_SCHEMA,
-    data_file_message,
-    deletes_message,
+    DataFileWritten,
+    KeysDeleted,
+    Message,
+    UnknownFields,
+    encode,
     message_batch,
     range_messages,
-    unknown_fields_message,
+    row_from_json,
+    row_to_json,
 )
-from ingest.write.arrow_schema import schema_to_arrow
-from ingest.write.task_writer import TaskWriter
+from calving.ingest.write.arrow_schema import schema_to_arrow
+from calving.ingest.write.task_writer import TaskWriter
 
 Batches = Iterator[pa.RecordBatch]
 TaskFunction = Callable[[Batches], Batches]
@@ -58,7 +62,7 @@ class TaskPlan:
 
     def writer(self, io: FileIO) -> TaskWriter:
         m = self.metadata()
-        target = int(m.properties.get("write.target-file-size-bytes", 512 * 1024 * 1024))
+        target = TableProperties(m.properties).target_file_size_bytes
         return TaskWriter(
             io, m.location, m.schema, m.spec, file_prefix=self.file_prefix, target_file_size=target
         )
@@ -84,7 +88,7 @@ class _Decoding:
 
     def __init__(self, plan: TaskPlan) -> None:
         self.plan = plan
-        self.messages: list[dict[str, Any]] = []
+        self.messages: list[Message] = []
         self.dead: list[pa.Table] = []
         self.unknown: dict[str, set[str]] = {}
 
@@ -100,14 +104,14 @@ class _Decoding:
             self.unknown.setdefault(path, set()).update(kinds)
         return decoded.rows if decoded.rows.num_rows else None
 
-    def finish(self, io: FileIO) -> list[dict[str, Any]]:
+    def finish(self, io: FileIO) -> list[Message]:
         out = list(self.messages)
         if self.dead:
             out += self.plan.dead_letters.write(
                 io, pa.concat_tables(self.dead), self.plan.file_prefix
             )
         if self.unknown:
-            out.append(unknown_fields_message(self.unknown))
+            out.append(UnknownFields({p: frozenset(k) for p, k in self.unknown.items()}))
         return out
 
 
@@ -122,15 +126,15 @@ def decode_and_write_append(plan: TaskPlan) -> TaskFunction:
             rows = decoding.decode(rb)
             if rows is not None:
                 writer.write(rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names]))
-        messages = [data_file_message(w.data_file, None) for w in writer.close()]
-        yield message_batch(messages + decoding.finish(io))
+        messages: list[Message] = [DataFileWritten(w.data_file) for w in writer.close()]
+        yield encode(messages + decoding.finish(io))
 
     return run
 
 
 def decode_for_keyed(plan: TaskPlan, stage_schema: pa.Schema) -> TaskFunction:
     """Keyed tables, stage 1: decode. Messages ride along as rows whose ``_meta``
-    column holds them, so that stage 2 forwards them to the driver."""
+    column holds them (encoded), so that stage 2 forwards them to the driver."""
 
     def run(batches: Batches) -> Batches:
         io = plan.file_io()
@@ -154,20 +158,19 @@ def collapse_and_write(plan: TaskPlan) -> TaskFunction:
     def run(batches: Batches) -> Batches:
         parts = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
         if not parts:
-            yield message_batch([])
+            yield encode([])
             return
         data = pa.concat_tables(parts)
         is_meta = pc.is_valid(data.column("_meta"))
-        messages = [json.loads(p) for p in data.filter(is_meta).column("_meta").to_pylist()]
+        forwarded = [row_from_json(p) for p in data.filter(is_meta).column("_meta").to_pylist()]
         data = data.filter(pc.invert(is_meta)).drop_columns(["_meta"])
-        if data.num_rows:
-            messages += _write_last_events(plan, data)
-        yield message_batch(messages)
+        messages = _write_last_events(plan, data) if data.num_rows else []
+        yield message_batch([*forwarded, *messages])
 
     return run
 
 
-def _write_last_events(plan: TaskPlan, data: pa.Table) -> list[dict[str, Any]]:
+def _write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
     schema = plan.metadata().schema
     keys = [schema.column_name(i) for i in schema.identifier_field_ids]
     data = data.sort_by(
@@ -181,9 +184,9 @@ def _write_last_events(plan: TaskPlan, data: pa.Table) -> list[dict[str, Any]]:
     io = plan.file_io()
     writer = plan.writer(io)
     writer.write(upserts.drop_columns([*META_COLUMNS, "_seq"]))
-    messages = [data_file_message(w.data_file, w.keys) for w in writer.close()]
+    messages: list[Message] = [DataFileWritten(w.data_file, w.keys) for w in writer.close()]
     if deletes.num_rows:
-        messages.append(deletes_message(deletes.select(keys)))
+        messages.append(KeysDeleted(deletes.select(keys)))
     return messages
 
 
@@ -211,10 +214,14 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _meta_rows(messages: list[dict[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
-    n = len(messages)
+def _meta_rows(
+    messages: Sequence[Message | Mapping[str, Any]], schema: pa.Schema
+) -> pa.RecordBatch:
+    """Stage-1 rows carrying ``messages`` (or rows already encoded) in ``_meta``."""
+    rows = message_batch(messages).to_pylist()
+    n = len(rows)
     cols = [
-        pa.array([json.dumps(m) for m in messages], pa.string())
+        pa.array([row_to_json(r) for r in rows], pa.string())
         if f.name == "_meta"
         else pa.nulls(n, f.type)
         for f in schema

@@ -12,19 +12,19 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from commit.errors import CalvingError
-from commit.spec.metadata import serialize_metadata
-from commit.spec.schema import Schema
-from commit.spec.types import primitive_from_string
-from commit.table.actions.update_schema import AddColumn, UpdateSchema
-from commit.table.table import Table
-from ingest.sink.coordinator import BatchStats, Coordinator, ParsedMessages, parse_messages
-from ingest.sink.dead_letters import DeadLetterTarget
-from ingest.sink.executor import (
+from calving.commit.errors import CalvingError
+from calving.commit.spec.metadata import serialize_metadata
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import primitive_from_string
+from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
+from calving.commit.table.table import Table
+from calving.ingest.sink.coordinator import BatchStats, Coordinator, ParsedMessages, parse_messages
+from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES, DeadLetterTarget
+from calving.ingest.sink.executor import (
     MESSAGE_SCHEMA,
     TaskPlan,
     collapse_and_write,
@@ -32,7 +32,13 @@ from ingest.sink.executor import (
     decode_for_keyed,
     keyed_stage_schema,
 )
-from ingest.sink.spark_types import spark_schema
+from calving.ingest.sink.messages import Coordinates
+from calving.ingest.sink.spark_types import spark_schema
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
+    from calving.ingest.metrics.batch import SinkMetrics
 
 log = logging.getLogger("calving.sink")
 
@@ -55,7 +61,9 @@ class CalvingSink:
     ``make_decoder(schema)`` builds the (picklable) record decoder for the table's
     current schema; it is called again after the schema evolves. Dead letters go to
     ``dead_letter_table`` and/or ``dead_letter_topic``; with neither, the first one
-    stops the stream with an error naming its coordinates.
+    stops the stream with an error naming its coordinates. A dead letter's copy on the
+    topic is cut to ``dead_letter_max_bytes`` (see ``DeadLetterTarget``); the table keeps
+    it whole.
     """
 
     def __init__(
@@ -70,7 +78,9 @@ class CalvingSink:
         key_partitions: int | None = None,
         index_save_every: int = 20,
         evolve_schema: bool = True,
+        dead_letter_max_bytes: int = DEFAULT_TOPIC_MAX_BYTES,
         on_batch: Callable[[BatchStats], None] | None = None,
+        metrics: SinkMetrics | None = None,
     ) -> None:
         self.coordinator = Coordinator(
             table,
@@ -85,8 +95,10 @@ class CalvingSink:
         if dead_letter_topic and "bootstrap.servers" not in self.kafka_config:
             raise CalvingError("a dead-letter topic needs kafka_config['bootstrap.servers']")
         self.key_partitions = key_partitions
+        self.dead_letter_max_bytes = dead_letter_max_bytes
         self.evolve_schema = evolve_schema
         self.on_batch = on_batch
+        self.metrics = metrics  # calving.ingest.metrics: endpoint figures and a JSON line per batch
         self._decoder: tuple[int, Any] | None = None
 
     @property
@@ -103,13 +115,24 @@ class CalvingSink:
         """Save the primary-key index with the table (a restart then skips the rescan)."""
         self.coordinator.save_index()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
-        parsed = self._write(df, batch_id)
-        if parsed.unknown_fields and self.evolve_schema and self._evolve(parsed.unknown_fields):
-            _forget(self.table, parsed)
-            parsed = self._write(df, batch_id)  # decode again, now into the new columns
-        stats = self.coordinator.commit_batch(batch_id, parsed)
+        parsed = self._parse_batch(df, batch_id)
+        commit_started = time.monotonic()
+        try:
+            stats = self.coordinator.commit_batch(batch_id, parsed)
+        except CalvingError as failure:
+            if self.metrics is not None:
+                self.metrics.batch_failed(self, batch_id, failure, started)
+            raise
+        if self.metrics is not None:
+            self.metrics.batch_done(self, parsed, stats, started, commit_started)
         log.info(
             "batch %d: %s in %.2fs (%d records, %d files, %d rows, %d deletes, %d dead letters)",
             batch_id,
@@ -126,7 +149,17 @@ class CalvingSink:
 
     # ------------------------------------------------------------ internals
 
-    def _plan(self, batch_id: int) -> TaskPlan:
+    def _parse_batch(self, df: Any, batch_id: int) -> ParsedMessages:
+        """Write the batch's data files (executors); their commit messages, parsed."""
+        parsed = self._write(df, batch_id)
+        if parsed.unknown_fields and self.evolve_schema and self._evolve(parsed.unknown_fields):
+            _forget(self.table, parsed)
+            # Decode again, now into the new columns; the dead letters the first pass
+            # sent to the topic are not sent twice.
+            parsed = self._write(df, batch_id, frozenset(parsed.dead_letters_sent))
+        return parsed
+
+    def _plan(self, batch_id: int, already_sent: frozenset[Coordinates] = frozenset()) -> TaskPlan:
         ledger = self.coordinator.ledger()  # refreshes the table
         table = self.table
         dlq = self.coordinator.dead_letter_table
@@ -144,11 +177,15 @@ class CalvingSink:
                 table_metadata_location=dlq.metadata_location if dlq else None,
                 topic=self.dead_letter_topic,
                 kafka_config=self.kafka_config,
+                topic_max_bytes=self.dead_letter_max_bytes,
+                already_sent=already_sent,
             ),
         )
 
-    def _write(self, df: Any, batch_id: int) -> ParsedMessages:
-        plan = self._plan(batch_id)
+    def _write(
+        self, df: Any, batch_id: int, already_sent: frozenset[Coordinates] = frozenset()
+    ) -> ParsedMessages:
+        plan = self._plan(batch_id, already_sent)
         metadata = self.table.metadata
         messages_type = spark_schema(MESSAGE_SCHEMA)
         if metadata.schema.identifier_field_ids:

@@ -1,10 +1,22 @@
-"""Commit messages: what an executor task hands the driver, as Arrow-friendly rows.
+"""Commit messages: what an executor task hands the driver, as typed values.
 
-Kinds: ``data`` (a written data file as JSON; for keyed tables its identifier columns
-in file row order as Arrow IPC), ``deletes`` (keys whose last event in the batch is a
-delete), ``range`` (the Kafka offsets a task saw: ``[topic, partition, start, end)``),
-``deadletter`` (a written dead-letter data file), ``deadletter-count`` (dead letters
-sent elsewhere) and ``unknown`` (fields the records had and the table lacks).
+Executors build the values below; ``encode`` turns them into one Arrow record batch (the
+only thing a task returns to Spark) and the driver's ``decode`` turns the collected
+batches back into the same values. Nothing else reads or writes the Arrow layout.
+
+- ``DataFileWritten``: a data file of the table; for keyed tables its identifier columns
+  in file row order (the primary-key index learns them).
+- ``KeysDeleted``: keys whose last event in the batch is a delete.
+- ``RangeSeen``: the Kafka offsets ``[start, end)`` a task saw of one topic-partition,
+  with the oldest and newest record timestamps (epoch ms) when the rows have them.
+- ``DeadLetterFileWritten``: a data file of the dead-letter table.
+- ``DeadLettersSent``: the coordinates of dead letters sent to the dead-letter topic.
+- ``UnknownFields``: fields the live (not dead-lettered) records had and the table lacks.
+- ``RowsSeen``: how many decoded input rows a task saw (the rows path).
+
+The Arrow layout (private to this module): one row per message, columns ``kind``
+(string tag), ``payload`` (JSON text), ``keys`` (an Arrow IPC stream) and ``count``.
+``tests/vectors/sink_messages/`` holds a recorded batch that pins it byte for byte.
 """
 
 from __future__ import annotations
@@ -15,11 +27,75 @@ import decimal
 import json
 import uuid
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from commit.spec.data_file import DataFile, FileContent
+from calving.commit.errors import CalvingError
+from calving.commit.spec.data_file import DataFile, FileContent
+
+#: (topic, partition, offset) of one Kafka record.
+Coordinates = tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class DataFileWritten:
+    file: DataFile
+    keys: pa.Table | None = None
+
+
+@dataclass(frozen=True)
+class KeysDeleted:
+    keys: pa.Table
+
+
+@dataclass(frozen=True)
+class RangeSeen:
+    topic: str
+    partition: int
+    start: int
+    end: int  # exclusive
+    timestamp_min_ms: int | None = None
+    timestamp_max_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class DeadLetterFileWritten:
+    file: DataFile
+
+
+@dataclass(frozen=True)
+class DeadLettersSent:
+    coordinates: tuple[Coordinates, ...]
+
+
+@dataclass(frozen=True)
+class UnknownFields:
+    #: Dotted field path -> the kinds of values seen (``long``, ``string`` ...).
+    fields: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RowsSeen:
+    count: int
+
+
+Message = (
+    DataFileWritten
+    | KeysDeleted
+    | RangeSeen
+    | DeadLetterFileWritten
+    | DeadLettersSent
+    | UnknownFields
+    | RowsSeen
+)
+
+
+class MessageDecodeError(CalvingError):
+    """A commit-message row the driver cannot read (names the row and its kind)."""
+
 
 MESSAGE_SCHEMA = pa.schema(
     [
@@ -29,6 +105,157 @@ MESSAGE_SCHEMA = pa.schema(
         ("count", pa.int64()),
     ]
 )
+
+_DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS = (
+    "data",
+    "deletes",
+    "range",
+    "deadletter",
+    "deadletters-sent",
+    "unknown",
+    "rows",
+)
+
+
+# ---------------------------------------------------------------- the codec
+
+
+def encode(messages: Iterable[Message]) -> pa.RecordBatch:
+    """Messages -> one Arrow record batch of ``MESSAGE_SCHEMA``."""
+    return pa.RecordBatch.from_pylist([encode_row(m) for m in messages], schema=MESSAGE_SCHEMA)
+
+
+def decode(data: pa.Table | pa.RecordBatch) -> list[Message]:
+    """Arrow rows of ``MESSAGE_SCHEMA`` -> messages, in row order."""
+    columns = [data.column(c).to_pylist() for c in MESSAGE_SCHEMA.names]
+    return [decode_row(i, *row) for i, row in enumerate(zip(*columns))]
+
+
+def encode_row(m: Message) -> dict[str, Any]:
+    """One message as a row (a mapping of ``MESSAGE_SCHEMA``'s columns)."""
+    if isinstance(m, DataFileWritten):
+        return _row(_DATA, data_file_to_json(m.file), table_to_ipc(m.keys), m.file.record_count)
+    if isinstance(m, KeysDeleted):
+        return _row(_DELETES, "", table_to_ipc(m.keys), m.keys.num_rows)
+    if isinstance(m, RangeSeen):
+        stamps = [m.timestamp_min_ms, m.timestamp_max_ms]
+        has_stamps = stamps != [None, None]
+        payload = [m.topic, m.partition, m.start, m.end] + (stamps if has_stamps else [])
+        return _row(_RANGE, json.dumps(payload), None, m.end - m.start)
+    if isinstance(m, DeadLetterFileWritten):
+        return _row(_DEAD_FILE, data_file_to_json(m.file), None, m.file.record_count)
+    if isinstance(m, DeadLettersSent):
+        sent = json.dumps([list(c) for c in m.coordinates], separators=(",", ":"))
+        return _row(_DEAD_SENT, sent, None, len(m.coordinates))
+    if isinstance(m, UnknownFields):
+        fields = {path: sorted(kinds) for path, kinds in sorted(m.fields.items())}
+        return _row(_UNKNOWN, json.dumps(fields), None, len(fields))
+    if isinstance(m, RowsSeen):
+        return _row(_ROWS, "", None, m.count)
+    raise TypeError(f"not a commit message: {type(m).__name__}")
+
+
+def decode_row(
+    index: int, kind: str | None, payload: str | None, keys: bytes | None, count: int | None
+) -> Message:
+    """One row (its column values) -> its message; ``index`` names it in errors."""
+    try:
+        return _decode_row(kind, payload or "", keys, count)
+    except (ValueError, TypeError, KeyError) as err:
+        raise MessageDecodeError(
+            f"commit message row {index} (kind {kind!r}): {type(err).__name__}: {err}"
+        ) from None
+
+
+def _decode_row(kind: str | None, payload: str, keys: bytes | None, count: int | None) -> Message:
+    if kind == _DATA:
+        return DataFileWritten(data_file_from_json(payload), table_from_ipc(keys))
+    if kind == _DELETES:
+        table = table_from_ipc(keys)
+        if table is None:
+            raise ValueError("no keys")
+        return KeysDeleted(table)
+    if kind == _RANGE:
+        topic, partition, start, end, *stamps = json.loads(payload)
+        low, high = (stamps + [None, None])[:2]
+        return RangeSeen(str(topic), int(partition), int(start), int(end), low, high)
+    if kind == _DEAD_FILE:
+        return DeadLetterFileWritten(data_file_from_json(payload))
+    if kind == _DEAD_SENT:
+        sent = tuple((str(t), int(p), int(o)) for t, p, o in json.loads(payload))
+        return DeadLettersSent(sent)
+    if kind == _UNKNOWN:
+        fields = {path: frozenset(kinds) for path, kinds in json.loads(payload).items()}
+        return UnknownFields(fields)
+    if kind == _ROWS:
+        return RowsSeen(int(count or 0))
+    raise ValueError("unknown message kind")
+
+
+def _row(kind: str, payload: str, keys: bytes | None, count: int) -> dict[str, Any]:
+    return {"kind": kind, "payload": payload, "keys": keys, "count": count}
+
+
+def message_batch(items: Iterable[Message | Mapping[str, Any]]) -> pa.RecordBatch:
+    """``encode`` that also passes rows already encoded (mappings) through unchanged:
+    messages forwarded from an earlier stage arrive as rows."""
+    rows = [dict(m) if isinstance(m, Mapping) else encode_row(m) for m in items]
+    return pa.RecordBatch.from_pylist(rows, schema=MESSAGE_SCHEMA)
+
+
+def row_to_json(row: Mapping[str, Any]) -> str:
+    """An encoded row as JSON text (the keyed path's stage 1 forwards messages so)."""
+    keys = row.get("keys")
+    out = dict(row)
+    out["keys"] = None if keys is None else base64.b64encode(keys).decode()
+    return json.dumps(out, separators=(",", ":"))
+
+
+def row_from_json(text: str) -> dict[str, Any]:
+    row = json.loads(text)
+    keys = row.get("keys")
+    row["keys"] = None if keys is None else base64.b64decode(keys)
+    return dict(row)
+
+
+# ---------------------------------------------------------------- builders
+
+
+def range_messages(batch: pa.Table) -> list[RangeSeen]:
+    """One message per topic-partition: the offsets ``[first, last + 1)`` seen."""
+    if batch.num_rows == 0:
+        return []
+    aggregates = [("offset", "min"), ("offset", "max")]
+    if "timestamp" in batch.column_names:  # min/max record timestamps (ms) ride along
+        batch = batch.append_column("_ts", _epoch_ms(batch.column("timestamp")))
+        aggregates += [("_ts", "min"), ("_ts", "max")]
+    g = batch.group_by(["topic", "partition"]).aggregate(aggregates)
+    return [
+        RangeSeen(
+            r["topic"],
+            int(r["partition"]),
+            int(r["offset_min"]),
+            int(r["offset_max"]) + 1,
+            _int_or_none(r.get("_ts_min")),
+            _int_or_none(r.get("_ts_max")),
+        )
+        for r in g.to_pylist()
+    ]
+
+
+def _int_or_none(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _epoch_ms(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """Kafka record timestamps as epoch milliseconds (int64)."""
+    unit = column.type.unit if pa.types.is_timestamp(column.type) else "ms"
+    raw = column.cast(pa.int64())
+    factor = {"s": 1000, "ms": 1, "us": 1000, "ns": 1_000_000}[unit]
+    return pc.multiply(raw, factor) if unit == "s" else pc.divide(raw, factor)
+
+
+# ---------------------------------------------------------------- payload codecs
 
 
 def _encode_value(v: Any) -> Any:
@@ -98,43 +325,3 @@ def table_from_ipc(data: bytes | None) -> pa.Table | None:
     if data is None:
         return None
     return pa.ipc.open_stream(data).read_all()
-
-
-def message_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist(rows, schema=MESSAGE_SCHEMA)
-
-
-def data_file_message(f: DataFile, keys: pa.Table | None) -> dict[str, Any]:
-    return {
-        "kind": "data",
-        "payload": data_file_to_json(f),
-        "keys": table_to_ipc(keys),
-        "count": f.record_count,
-    }
-
-
-def deletes_message(keys: pa.Table) -> dict[str, Any]:
-    return {"kind": "deletes", "payload": "", "keys": table_to_ipc(keys), "count": keys.num_rows}
-
-
-def range_messages(batch: pa.Table) -> list[dict[str, Any]]:
-    """One message per topic-partition: the offsets ``[first, last + 1)`` seen."""
-    if batch.num_rows == 0:
-        return []
-    g = batch.group_by(["topic", "partition"]).aggregate([("offset", "min"), ("offset", "max")])
-    return [
-        {
-            "kind": "range",
-            "payload": json.dumps(
-                [r["topic"], r["partition"], r["offset_min"], r["offset_max"] + 1]
-            ),
-            "keys": None,
-            "count": r["offset_max"] - r["offset_min"] + 1,
-        }
-        for r in g.to_pylist()
-    ]
-
-
-def unknown_fields_message(unknown: Mapping[str, Iterable[str]]) -> dict[str, Any]:
-    payload = {path: sorted(kinds) for path, kinds in sorted(unknown.items())}
-    return {"kind": "unknown", "payload": json.dumps(payload), "keys": None, "count": len(payload)}

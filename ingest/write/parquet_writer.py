@@ -18,12 +18,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from commit.io import FileIO
-from commit.spec.data_file import DataFile, FileContent
-from commit.spec.schema import Schema
-from commit.spec.types import ListType, MapType, NestedField, PrimitiveType, StructType
-from commit.spec.values import to_bytes, truncate_lower_bound, truncate_upper_bound
-from ingest.write.arrow_schema import schema_to_arrow
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import DataFile, FileContent
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import ListType, MapType, NestedField, PrimitiveType, StructType
+from calving.commit.spec.values import to_bytes, truncate_lower_bound, truncate_upper_bound
+from calving.ingest.write.arrow_schema import schema_to_arrow
 
 TRUNCATE_WIDTH = 16
 _EPOCH_DATE = _dt.date(1970, 1, 1)

@@ -17,12 +17,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from commit.io import FileIO
-from commit.spec.data_file import DataFile
-from commit.spec.partition import PartitionSpec
-from commit.spec.schema import Schema
-from ingest.write.arrow_schema import schema_to_arrow
-from ingest.write.parquet_writer import write_data_file
+from calving.commit.errors import SchemaError
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.partition import PartitionSpec
+from calving.commit.spec.schema import Schema
+from calving.ingest.write.arrow_schema import schema_to_arrow
+from calving.ingest.write.parquet_writer import write_data_file
 
 DEFAULT_TARGET_FILE_SIZE = 512 * 1024 * 1024
 
@@ -80,6 +81,10 @@ class TaskWriter:
         keys = []
         for f, t in zip(self.spec.fields, types):
             name = self.schema.column_name(f.source_id)
+            if name is None:
+                raise SchemaError(
+                    f"partition field {f.name!r}: source id {f.source_id} is not in the schema"
+                )
             column = rows.column(name) if "." not in name else _nested(rows, name)
             keys.append(f.transform.apply_arrow(column.combine_chunks(), t))
         key_table = pa.table({f"p{i}": k for i, k in enumerate(keys)})

@@ -36,16 +36,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from commit.catalog import SqlCatalog
-from commit.index import PrimaryKeyIndex, build_from_table
-from commit.spec.partition import UNPARTITIONED
-from commit.spec.schema import Schema
-from commit.spec.types import DOUBLE, LONG, STRING, NestedField
-from commit.table.actions.fast_append import FastAppend
-from commit.table.actions.row_delta import RowDelta
-from commit.table.table import Table, create_table
-from ingest.write.parquet_writer import write_data_file
-from ingest.write.task_writer import TaskWriter
+from calving.commit.catalog import SqlCatalog
+from calving.commit.index import PrimaryKeyIndex, build_from_table
+from calving.commit.spec.partition import UNPARTITIONED
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import DOUBLE, LONG, STRING, NestedField
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.row_delta import RowDelta
+from calving.commit.table.table import Table, create_table
+from calving.ingest.write.parquet_writer import write_data_file
+from calving.ingest.write.task_writer import TaskWriter
 from tests.bench.figures import Figure, at_least
 from tests.support.oracles import duckdb_connection
 

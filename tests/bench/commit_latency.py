@@ -22,12 +22,12 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from commit.catalog import SqlCatalog
-from commit.spec.schema import Schema
-from commit.spec.types import LONG, STRING, NestedField
-from commit.table.actions.fast_append import FastAppend
-from commit.table.table import create_table
-from ingest.write.parquet_writer import write_data_file
+from calving.commit.catalog import SqlCatalog
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import LONG, STRING, NestedField
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.table import create_table
+from calving.ingest.write.parquet_writer import write_data_file
 from tests.bench.figures import Figure, at_most
 
 SCHEMA = Schema((NestedField(1, "id", LONG, required=True), NestedField(2, "name", STRING)))

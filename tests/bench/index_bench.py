@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from commit.index.pk_index import PrimaryKeyIndex
-from commit.spec.types import LONG, STRING, PrimitiveType
+from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.spec.types import LONG, STRING, PrimitiveType
 from tests.bench.figures import Figure, at_least, at_most
 
 FILE_ROWS = 100_000

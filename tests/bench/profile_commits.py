@@ -18,7 +18,7 @@ import io
 import pstats
 import tempfile
 
-from commit.catalog import SqlCatalog
+from calving.commit.catalog import SqlCatalog
 from tests.bench import cdc_upsert, commit_latency
 
 

@@ -33,14 +33,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from commit.catalog import SqlCatalog
-from commit.spec.schema import Schema
-from commit.spec.types import NestedField, PrimitiveType
-from commit.table.table import Table, create_table
-from ingest.decode import DebeziumDecoder, JsonValueDecoder
-from ingest.kafka.producer import produce
-from ingest.sink.coordinator import BatchStats
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.catalog import SqlCatalog
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import NestedField, PrimitiveType
+from calving.commit.table.table import Table, create_table
+from calving.ingest.decode import DebeziumDecoder, JsonValueDecoder
+from calving.ingest.kafka.producer import produce
+from calving.ingest.sink.coordinator import BatchStats
+from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.support.cdc import SCHEMA as CDC_SCHEMA
 from tests.support.cdc import cdc_events
 from tests.support.streams import kafka_stream
@@ -122,7 +122,7 @@ def shutdown() -> None:
 
 
 def _start_broker(root: Path) -> Any:
-    from ingest.kafka.broker import EmbeddedBroker
+    from calving.ingest.kafka.broker import EmbeddedBroker
 
     return EmbeddedBroker(log_path=root / "tansu.log").start()
 
@@ -238,7 +238,7 @@ class PyIcebergAppend:
         self.columns = list(self.table_schema.names)
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        from ingest.sink.spark_types import spark_schema
+        from calving.ingest.sink.spark_types import spark_schema
 
         decoder, columns, kind = self.decoder, self.columns, self.kind
         stage = pa.schema(

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.json as pajson
 import pyarrow.parquet as pq
 
-from ingest.kafka.producer import produce
+from calving.ingest.kafka.producer import produce
 from tests.bench import streaming
 from tests.bench.figures import Figure
 from tests.support.cdc import SCHEMA as CDC_SCHEMA

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from commit.errors import (
+from calving.commit.errors import (
     ConfigError,
     CorruptFileError,
     FileAlreadyExistsError,
@@ -23,7 +23,7 @@ from commit.errors import (
     InvalidLocationError,
     UnsupportedFeatureError,
 )
-from commit.io import FileIO, local_path, scheme_of, to_uri
+from calving.commit.io import FileIO, local_path, scheme_of, to_uri
 
 
 @pytest.fixture

@@ -255,18 +255,18 @@ def service_host_paths(service: dict[str, Any]) -> list[str]:
 
 
 def calls_cli_main_with_run(source: str) -> bool:
-    """Whether the module, when run as a script, calls ``ingest.cli.main`` with a list
+    """Whether the module, when run as a script, calls ``calving.calving.ingest.cli.main`` with a list
     that starts with "run" followed by ``*sys.argv[1:]``, and exits with its result."""
     tree = ast.parse(source)
-    names = set()  # local names bound to ingest.cli.main, or "ingest.cli" modules
+    names = set()  # local names bound to calving.ingest.cli.main, or "calving.ingest.cli" modules
     modules = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module == "ingest.cli":
+        if isinstance(node, ast.ImportFrom) and node.module == "calving.ingest.cli":
             names |= {a.asname or a.name for a in node.names if a.name == "main"}
         elif isinstance(node, ast.Import):
             for a in node.names:
-                if a.name == "ingest.cli":
-                    modules.add(a.asname or "ingest.cli")
+                if a.name == "calving.ingest.cli":
+                    modules.add(a.asname or "calving.ingest.cli")
 
     def is_main(func: ast.expr) -> bool:
         if isinstance(func, ast.Name):

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from commit.catalog import FilesystemCatalog, SqlCatalog
-from commit.catalog.base import Catalog
+from calving.commit.catalog import FilesystemCatalog, SqlCatalog
+from calving.commit.catalog.base import Catalog
 
 KINDS = ("sqlite", "postgres", "filesystem")
 PG_ADMIN_URL = os.environ.get(

@@ -31,18 +31,19 @@ import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
-from commit.catalog.base import Catalog, TableIdent
-from commit.errors import CalvingError
-from commit.io import FileIO
-from commit.spec.data_file import EntryStatus, FileContent, ManifestContent
-from commit.spec.deletion_vector import PROPERTY_CARDINALITY, PROPERTY_REFERENCED_DATA_FILE
-from commit.spec.metadata import TableMetadata, parse_metadata
-from commit.spec.puffin import read_footer
-from commit.spec.snapshot import Snapshot
-from commit.table import scan
-from commit.table.ledger import (
+from calving.commit.catalog.base import Catalog, TableIdent
+from calving.commit.errors import CalvingError
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import EntryStatus, FileContent, ManifestContent
+from calving.commit.spec.deletion_vector import PROPERTY_CARDINALITY, PROPERTY_REFERENCED_DATA_FILE
+from calving.commit.spec.metadata import TableMetadata, parse_metadata
+from calving.commit.spec.puffin import read_footer
+from calving.commit.spec.snapshot import Snapshot
+from calving.commit.table import scan
+from calving.commit.table.ledger import (
     LEDGER_PREFIX,
     SUMMARY_OFFSETS,
     SUMMARY_WRITER,
@@ -151,7 +152,7 @@ def check_linear_history(metadata: TableMetadata, report: CheckReport) -> None:
             f"last-sequence-number {metadata.last_sequence_number} != current snapshot's "
             f"{chain[-1].sequence_number}",
         )
-    for prev, s in zip(chain, chain[1:]):
+    for prev, s in pairwise(chain):
         if s.timestamp_ms < prev.timestamp_ms:
             report.add("linear-history", f"snapshot {s.snapshot_id} is older than its parent")
         if (
@@ -208,7 +209,7 @@ def check_metadata_log(
             versions.append((loc, json.loads(io.read(loc))))
         except CalvingError as err:
             report.add("metadata-log", f"metadata file {loc} of the log cannot be read: {err}")
-    for (loc_a, a), (loc_b, b) in zip(versions, versions[1:]):
+    for (loc_a, a), (loc_b, b) in pairwise(versions):
         cur_a, cur_b = a.get("current-snapshot-id"), b.get("current-snapshot-id")
         cur_a = None if cur_a in (None, -1) else cur_a
         cur_b = None if cur_b in (None, -1) else cur_b
@@ -512,7 +513,7 @@ def check_rows(
     for name, reader in readers.items():
         try:
             got = Counter(tuple(r) for r in reader(metadata_location, columns))
-        except Exception as err:  # an oracle failing to read the table is a finding
+        except Exception as err:  # noqa: BLE001 - an oracle failing to read the table is a finding
             report.add("readers", f"{name} cannot read {metadata_location}: {err!r}")
             continue
         results[name] = got
@@ -536,6 +537,6 @@ def check_rows(
                 f"produced), e.g. {sample}",
             )
     names = sorted(results)
-    for a, b in zip(names, names[1:]):
+    for a, b in pairwise(names):
         if results[a] != results[b]:
             report.add("readers", f"{a} and {b} read different rows")

@@ -16,8 +16,8 @@ MUTATION_ENV = "CALVING_FAULTS_MUTATION"
 def _skip_ledger() -> None:
     """The exactly-once check is gone: every claim is judged new, so a replayed batch
     commits its rows a second time."""
-    from commit.table.actions import validation
-    from commit.table.ledger import LedgerVerdict
+    from calving.commit.table.actions import validation
+    from calving.commit.table.ledger import LedgerVerdict
 
     validation.judge = lambda base, claim: LedgerVerdict.NEW  # type: ignore[assignment]
 
@@ -27,7 +27,7 @@ def _forget_dv() -> None:
     replaces the old one, so rows deleted earlier come back."""
     from pyroaring import BitMap64
 
-    from commit.table import scan
+    from calving.commit.table import scan
 
     def positions_deleted(self: scan.LiveFiles, io: object, data_file_path: str) -> BitMap64:
         return BitMap64()

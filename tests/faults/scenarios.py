@@ -8,7 +8,7 @@ them like these. ``quick`` ones are what CI runs; ``--full`` runs them all.
 
 Families here:
 
-* ``crash/<point>/<catalog>``: a writer SIGKILLs itself at a ``commit.faults`` point
+* ``crash/<point>/<catalog>``: a writer SIGKILLs itself at a ``calving.commit.faults`` point
   (armed through ``CALVING_FAULTS`` after a few batches) while a second writer keeps
   committing; it is restarted unarmed and resumes from its checkpoint, replaying the
   batch the crash interrupted.
@@ -35,11 +35,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from commit.faults import POINTS
-from commit.table.actions.fast_append import FastAppend
-from commit.table.committer import Committed
-from commit.table.table import create_table
-from ingest.write.parquet_writer import write_data_file
+from calving.commit.faults import POINTS
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.committer import Committed
+from calving.commit.table.table import create_table
+from calving.ingest.write.parquet_writer import write_data_file
 from tests.faults import stream
 from tests.faults.catalogs import IDENT, KINDS, CatalogSpec, make_spec
 from tests.faults.history import HistoryRecorder, attempts, read_history, runs
@@ -123,7 +123,7 @@ def run_scenario(scenario: Scenario, ctx: Context) -> ScenarioResult:
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     try:
         result = scenario.run(ctx)
-    except Exception as err:  # a harness failure is reported as one, not as a pass
+    except Exception as err:  # noqa: BLE001 - a harness failure is reported as one, not a pass
         result = ScenarioResult(scenario.name)
         result.violations.append(Violation("harness", f"{type(err).__name__}: {err}"))
     result.name = scenario.name
@@ -282,7 +282,7 @@ class Harness:
         return report
 
     def snapshot_ids(self) -> list[int]:
-        from commit.table.table import Table
+        from calving.commit.table.table import Table
 
         catalog = self.spec.open()
         try:

@@ -9,7 +9,7 @@ on a keyed Debezium table), plus what the fault harness needs:
 * every commit that claims offsets is recorded in the scenario's history file
   (``tests.faults.history``), one attempt per claimed partition, so the checker can tell
   acknowledged, cut-off, skipped and refused commits apart;
-* fault points (``commit.faults``) are armed *in this process only* after ``arm_after``
+* fault points (``calving.commit.faults``) are armed *in this process only* after ``arm_after``
   committed batches (the spec is passed in the config, never through ``CALVING_FAULTS``,
   so Spark's Python workers never see it). The two points the commit core cannot hit
   itself are hit here: ``after-data-files`` (the executors wrote the batch's files, the
@@ -89,8 +89,8 @@ def _log_phase(what: str) -> None:
 
 
 def _warm_executors(batches: Any) -> Any:
-    import ingest.decode
-    import ingest.sink.executor  # noqa: F401
+    import calving.ingest.decode
+    import calving.ingest.sink.executor  # noqa: F401
 
     yield from batches
 
@@ -119,7 +119,7 @@ def _root_cause(text: str) -> tuple[str, str]:
 
 
 def _arm(spec: str) -> None:
-    from commit import faults
+    from calving.commit import faults
 
     for item in filter(None, (s.strip() for s in spec.split(","))):
         point, _, action = item.partition("=")
@@ -129,7 +129,7 @@ def _arm(spec: str) -> None:
 def _record_commits(table: Any, recorder: Any) -> None:
     """Wrap ``table.commit`` (this instance only): every action claiming offsets is
     recorded as one invoke + outcome per claimed partition."""
-    from commit.table.committer import Committed, Conflicted, Skipped
+    from calving.commit.table.committer import Committed, Conflicted, Skipped
     from tests.faults.history import Claim
 
     inner = table.commit
@@ -184,14 +184,14 @@ def run(cfg: DriverConfig) -> int:
 
     from pyspark.errors import StreamingQueryException
 
-    from commit import faults
-    from commit.table.ledger import read_ledger
-    from commit.table.table import Table
-    from ingest.decode import DebeziumDecoder
-    from ingest.kafka.offsets import offsets_to_json
-    from ingest.kafka.source import KafkaSource
-    from ingest.sink.coordinator import BatchStats
-    from ingest.sink.foreach_batch import CalvingSink
+    from calving.commit import faults
+    from calving.commit.table.ledger import read_ledger
+    from calving.commit.table.table import Table
+    from calving.ingest.decode import DebeziumDecoder
+    from calving.ingest.kafka.offsets import offsets_to_json
+    from calving.ingest.kafka.source import KafkaSource
+    from calving.ingest.sink.coordinator import BatchStats
+    from calving.ingest.sink.foreach_batch import CalvingSink
     from tests.faults import mutations
     from tests.faults.catalogs import IDENT, CatalogSpec
     from tests.faults.history import HistoryRecorder

@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from commit.spec.partition import PartitionSpecBuilder
-from commit.spec.schema import Schema
-from commit.spec.types import INT, LONG, STRING, NestedField
+from calving.commit.spec.partition import PartitionSpecBuilder
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import INT, LONG, STRING, NestedField
 
 TOPIC = "events"
 SEED_TOPIC = "seed"

@@ -11,7 +11,7 @@ version of a key its update or delete did not remove).
 
 Families:
 
-* ``stream-crash/<point>``: the driver SIGKILLs itself at a ``commit.faults`` point,
+* ``stream-crash/<point>``: the driver SIGKILLs itself at a ``calving.commit.faults`` point,
   armed after its first committed batch; a restart on the same checkpoint drains the
   topic (``availableNow``).
 * ``broker-pause/<seconds>s[/short-timeouts]``: the broker is frozen (SIGSTOP) while a
@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from commit.faults import POINTS
+from calving.commit.faults import POINTS
 from tests.faults.catalogs import IDENT, CatalogSpec, make_spec
 from tests.faults.history import HistoryRecorder, read_history
 from tests.faults.invariants import Violation, check_table
@@ -232,7 +232,7 @@ class StreamHarness:
         self._create_table()
 
     def _create_table(self) -> None:
-        from commit.table.table import create_table
+        from calving.commit.table.table import create_table
         from tests.support.cdc import SCHEMA
 
         catalog = self.spec.open()
@@ -249,7 +249,7 @@ class StreamHarness:
         return name
 
     def produce(self, topic: str, records: Sequence[Any]) -> dict[int, int]:
-        from ingest.kafka.producer import produce
+        from calving.ingest.kafka.producer import produce
 
         ends = produce(self.broker.bootstrap_servers, topic, records)
         self.result.produced += len(records)
@@ -311,13 +311,13 @@ class StreamHarness:
     # ------------------------------------------------------------ the table
 
     def table(self) -> Any:
-        from commit.table.table import Table
+        from calving.commit.table.table import Table
 
         catalog = self.spec.open()
         return catalog, Table.load(catalog, IDENT)
 
     def ledger(self) -> dict[tuple[str, int], int]:
-        from commit.table.ledger import read_ledger
+        from calving.commit.table.ledger import read_ledger
 
         catalog, table = self.table()
         try:
@@ -394,7 +394,7 @@ def _with_broker(
     body: Callable[[StreamHarness], None], kind: str = "sqlite"
 ) -> Callable[[Context], ScenarioResult]:
     def run(ctx: Context) -> ScenarioResult:
-        from ingest.kafka.broker import EmbeddedBroker
+        from calving.ingest.kafka.broker import EmbeddedBroker
 
         with EmbeddedBroker(log_path=ctx.workdir / "tansu.log") as broker:
             h = StreamHarness(ctx, broker, kind)

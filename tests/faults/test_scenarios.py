@@ -44,7 +44,7 @@ def test_scenario(scenario: Scenario, request: pytest.FixtureRequest, tmp_path) 
 
 
 def test_every_family_and_crash_point_is_in_the_ci_subset() -> None:
-    from commit.faults import POINTS
+    from calving.commit.faults import POINTS
 
     families = {s.family for s in QUICK}
     assert {"crash", "replay", "lost-reply", "concurrency", "broken"} <= families
@@ -53,7 +53,7 @@ def test_every_family_and_crash_point_is_in_the_ci_subset() -> None:
 
 
 def test_every_streaming_family_is_in_the_ci_subset() -> None:
-    from commit.faults import POINTS
+    from calving.commit.faults import POINTS
     from tests.faults.streaming import QUICK_POINTS
 
     families = {s.family for s in QUICK}

@@ -11,7 +11,7 @@ so the batch a crash interrupted is replayed: the ledger must make the replay co
 nothing. A batch that straddles the table's ledger (a replay with another batch size)
 drops the records below it, as the coordinator does.
 
-Fault injection: ``CALVING_FAULTS`` in the environment arms ``commit.faults`` points;
+Fault injection: ``CALVING_FAULTS`` in the environment arms ``calving.commit.faults`` points;
 with ``arm_after`` > 0 the writer arms them itself only after that many batches, so the
 crash comes with history behind it. The writer hits the two points that belong to the
 streaming side: ``after-data-files`` and ``after-swap-before-checkpoint``.
@@ -32,16 +32,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyroaring import BitMap64
 
-from commit import faults
-from commit.catalog.faults import FaultPlan, SwapFault
-from commit.errors import CalvingError, RetriesExhaustedError
-from commit.spec.data_file import DataFile
-from commit.table.actions.fast_append import FastAppend
-from commit.table.actions.row_delta import RowDelta
-from commit.table.committer import Committed, Conflicted, Skipped, Unknown
-from commit.table.ledger import LedgerClaim, OffsetRange, read_ledger
-from commit.table.table import Table
-from ingest.write.parquet_writer import write_data_file
+from calving.commit import faults
+from calving.commit.catalog.faults import FaultPlan, SwapFault
+from calving.commit.errors import CalvingError, RetriesExhaustedError
+from calving.commit.spec.data_file import DataFile
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.row_delta import RowDelta
+from calving.commit.table.committer import Committed, Conflicted, Skipped, Unknown
+from calving.commit.table.ledger import LedgerClaim, OffsetRange, read_ledger
+from calving.commit.table.table import Table
+from calving.ingest.write.parquet_writer import write_data_file
 from tests.faults import mutations, stream
 from tests.faults.catalogs import IDENT, CatalogSpec
 from tests.faults.history import Claim, HistoryRecorder

@@ -13,7 +13,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from ingest.kafka.broker import EmbeddedBroker
+    from calving.ingest.kafka.broker import EmbeddedBroker
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,7 @@ def unique_name(prefix: str = "t") -> str:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
     """The embedded Tansu broker, shared by the whole session; its log is in the
     session's temp folder."""
-    from ingest.kafka.broker import EmbeddedBroker
+    from calving.ingest.kafka.broker import EmbeddedBroker
 
     log = tmp_path_factory.mktemp("broker") / "tansu.log"
     with EmbeddedBroker(log_path=log) as running:

@@ -1,4 +1,4 @@
-"""Tables from config (``ingest.catalogs``): created as declared or inferred from sample
+"""Tables from config (``calving.ingest.catalogs``): created as declared or inferred from sample
 records, brought up to the config on every start (optional columns added, int->long and
 float->double promoted), and incompatible changes refused naming the key and field."""
 
@@ -9,11 +9,11 @@ import json
 import pyarrow as pa
 import pytest
 
-from commit.errors import ConfigError, SchemaError
-from commit.spec.types import LONG, STRING, PrimitiveType
-from ingest.catalogs import ensure_dead_letter_table, ensure_table, file_io, open_catalog
-from ingest.config.loader import parse_config
-from ingest.sink.dead_letters import DEAD_LETTER_TABLE_SCHEMA
+from calving.commit.errors import ConfigError, SchemaError
+from calving.commit.spec.types import LONG, STRING, PrimitiveType
+from calving.ingest.catalogs import ensure_dead_letter_table, ensure_table, file_io, open_catalog
+from calving.ingest.config.loader import parse_config
+from calving.ingest.sink.dead_letters import DEAD_LETTER_TABLE_SCHEMA
 
 
 def _config(tmp_path, **table):

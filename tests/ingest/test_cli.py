@@ -10,10 +10,10 @@ import sys
 
 import pytest
 
-from commit.catalog.sql import SqlCatalog
-from commit.table.table import Table
-from ingest.cli import main
-from ingest.kafka.producer import produce
+from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.table.table import Table
+from calving.ingest.cli import main
+from calving.ingest.kafka.producer import produce
 from tests.ingest.conftest import REPO_ROOT
 from tests.support.cdc import COLUMNS, cdc_events
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
@@ -114,7 +114,7 @@ def test_demo_passes_its_own_check(tmp_path):
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, (str(REPO_ROOT), env.get("PYTHONPATH"))))
     done = subprocess.run(
-        [sys.executable, "-m", "ingest.cli", "demo", "--events", "8000",
+        [sys.executable, "-m", "calving.ingest.cli", "demo", "--events", "8000",
          "--max-offsets-per-trigger", "2500", "--warehouse", str(tmp_path / "wh"), "--no-progress"],
         check=False, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path,
     )  # fmt: skip

@@ -1,4 +1,4 @@
-"""A pipeline built from config (``ingest.pipeline``): Confluent Avro with local schema
+"""A pipeline built from config (``calving.ingest.pipeline``): Confluent Avro with local schema
 files, poison records of every kind sent to a dead-letter table and a dead-letter topic at
 once, and the table read back by the oracles."""
 
@@ -11,9 +11,9 @@ import struct
 import fastavro
 import pytest
 
-from ingest.config.loader import parse_config
-from ingest.kafka.producer import produce
-from ingest.pipeline import build_pipeline
+from calving.ingest.config.loader import parse_config
+from calving.ingest.kafka.producer import produce
+from calving.ingest.pipeline import build_pipeline
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 
 pytestmark = pytest.mark.integration

@@ -6,8 +6,8 @@ import json
 import random
 from dataclasses import dataclass, field
 
-from commit.spec.schema import Schema
-from commit.spec.types import NestedField, PrimitiveType
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import NestedField, PrimitiveType
 
 SCHEMA = Schema(
     (

@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 
 # Only the extension loading is shared with the demo; the scan below is the oracle's own.
-from ingest.demo.verify import duckdb_connection
+from calving.ingest.demo.verify import duckdb_connection
 
 
 def _sorted_rows(table: pa.Table, columns: Sequence[str]) -> list[tuple[Any, ...]]:

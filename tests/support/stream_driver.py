@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from commit.catalog.base import parse_ident
-from commit.catalog.sql import SqlCatalog
-from commit.table.ledger import read_ledger
-from commit.table.table import Table
-from ingest.decode import DebeziumDecoder, JsonValueDecoder
-from ingest.sink.coordinator import BatchStats
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.catalog.base import parse_ident
+from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.table.ledger import read_ledger
+from calving.commit.table.table import Table
+from calving.ingest.decode import DebeziumDecoder, JsonValueDecoder
+from calving.ingest.sink.coordinator import BatchStats
+from calving.ingest.sink.foreach_batch import CalvingSink
 
 
 def main(argv: list[str] | None = None) -> int:

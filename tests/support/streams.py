@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from commit.table.ledger import read_ledger
-from ingest.kafka.offsets import offsets_to_json
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.table.ledger import read_ledger
+from calving.ingest.kafka.offsets import offsets_to_json
+from calving.ingest.sink.foreach_batch import CalvingSink
 
 _registered: set[int] = set()
 
@@ -21,7 +21,7 @@ def kafka_stream(
     starting_ledger: dict[tuple[str, int], int] | None = None,
     max_offsets_per_trigger: int | None = None,
 ) -> Any:
-    from ingest.kafka.source import KafkaSource
+    from calving.ingest.kafka.source import KafkaSource
 
     if id(spark) not in _registered:
         spark.dataSource.register(KafkaSource)

@@ -9,13 +9,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from commit.catalog.base import Catalog
-from commit.spec.partition import PartitionSpec, spec_builder
-from commit.spec.schema import Schema
-from commit.spec.transforms import IDENTITY, Transform, bucket
-from commit.spec.types import LONG, STRING, TIMESTAMPTZ, NestedField
-from commit.table.table import Table, create_table
-from ingest.write.parquet_writer import write_data_file
+from calving.commit.catalog.base import Catalog
+from calving.commit.spec.partition import PartitionSpec, spec_builder
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.transforms import IDENTITY, Transform, bucket
+from calving.commit.spec.types import LONG, STRING, TIMESTAMPTZ, NestedField
+from calving.commit.table.table import Table, create_table
+from calving.ingest.write.parquet_writer import write_data_file
 
 EVENTS = Schema(
     (

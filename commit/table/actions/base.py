@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from commit.io import FileIO
-from commit.spec.metadata import TableMetadata
-from commit.table.changes import SnapshotChanges
-from commit.table.updates import Requirement, TableUpdate
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table.changes import SnapshotChanges
+from calving.commit.table.updates import Requirement, TableUpdate
 
 
 @dataclass(frozen=True)

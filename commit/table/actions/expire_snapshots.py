@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commit.io import FileIO
-from commit.spec.data_file import EntryStatus
-from commit.spec.metadata import TableMetadata
-from commit.table import scan
-from commit.table.actions.base import MetadataUpdates, NoChange, Plan
-from commit.table.updates import RemoveSnapshots
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table import scan
+from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from calving.commit.table.updates import RemoveSnapshots
 
 
 @dataclass(frozen=True)
@@ -43,21 +42,12 @@ class ExpireSnapshots:
             return
         kept_ids = {s.snapshot_id for s in after.snapshots}
         gone = [s for s in before.snapshots if s.snapshot_id not in kept_ids]
+        gone_ids = {s.snapshot_id for s in gone}
         if not gone:
             return
-        reachable = _reachable(io, after, [s for s in after.snapshots])
-        candidates = _reachable(io, before, gone)
+        reachable = scan.files_reached(io, after, after.snapshots)
+        reachable.update(s.statistics_path for s in after.statistics)
+        candidates = scan.files_reached(io, before, gone)
+        candidates.update(s.statistics_path for s in before.statistics if s.snapshot_id in gone_ids)
         for location in sorted(candidates - reachable):
             io.delete(location)
-
-
-def _reachable(io: FileIO, metadata: TableMetadata, snapshots: list) -> set[str]:
-    out: set[str] = set()
-    for snap in snapshots:
-        out.add(snap.manifest_list)
-        for mf in scan.manifest_files(io, snap):
-            out.add(mf.manifest_path)
-            for e in scan.manifest_entries(io, metadata, mf):
-                if e.status != EntryStatus.DELETED:
-                    out.add(e.data_file.file_path)
-    return out

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from commit.io import FileIO
-from commit.spec.data_file import DataFile
-from commit.spec.metadata import TableMetadata
-from commit.table.actions.base import NoChange, Plan
-from commit.table.actions.validation import check_schema_compatible, ledger_step
-from commit.table.changes import SnapshotChanges
-from commit.table.ledger import LedgerClaim
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table.actions.base import NoChange, Plan
+from calving.commit.table.actions.validation import check_schema_compatible, ledger_step
+from calving.commit.table.changes import SnapshotChanges
+from calving.commit.table.ledger import LedgerClaim
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """Replace data files with files holding exactly the same live rows (compaction).
 
-The rewrite was planned on some snapshot: the files it removes must still be live
-and must not have gained deletes since (their rows would be resurrected by the
-replacement); either is a conflict for the rewrite, never for the writers.
+The rewrite was planned on some snapshot: the files it removes must still be live. Rows
+of a removed file deleted after the rewrite read it (a stream's deletes) are not lost:
+with the rewrite's position map the new deletes are carried to the rows' new places as
+DVs on the added files, in the same snapshot. Without a map (or when a removed file is
+gone), the rewrite conflicts; the writers never fail because of it.
 """
 
 from __future__ import annotations
@@ -10,13 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from commit.errors import CommitConflictError
-from commit.io import FileIO
-from commit.spec.data_file import DataFile
-from commit.spec.metadata import TableMetadata
-from commit.table import scan
-from commit.table.actions.base import Plan
-from commit.table.changes import SnapshotChanges
+import numpy as np
+from pyroaring import BitMap64
+
+from calving.commit.errors import CommitConflictError
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.position_map import SUMMARY_PROPERTY, PositionMap
+from calving.commit.table import scan
+from calving.commit.table.actions.base import Plan
+from calving.commit.table.changes import SnapshotChanges
 
 
 @dataclass(frozen=True)
@@ -25,27 +31,58 @@ class RewriteFiles:
     added: tuple[DataFile, ...]
     # DV cardinality of each removed file when the rewrite read it (absent = no DV).
     deletes_seen: Mapping[str, int] = field(default_factory=dict)
+    # Where the copied rows went, and the map file's location (named in the summary).
+    position_map: PositionMap | None = None
+    position_map_location: str | None = None
 
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         live = scan.live_files(io, base, base.current_snapshot)
         live_rows = 0
+        carried: dict[str, BitMap64] = {}
         for path in self.removed:
             entry = live.data.get(path)
             if entry is None:
                 raise CommitConflictError(f"rewrite: {path} is no longer live")
             dv = live.dvs.get(path)
             deleted = dv.data_file.record_count if dv else 0
-            if deleted != self.deletes_seen.get(path, 0):
-                raise CommitConflictError(
-                    f"rewrite: rows of {path} were deleted concurrently "
-                    f"({self.deletes_seen.get(path, 0)} -> {deleted}); re-plan the rewrite"
-                )
+            seen = self.deletes_seen.get(path, 0)
+            if deleted != seen:
+                for new_path, positions in self._carry(io, live, path, seen, deleted).items():
+                    carried[new_path] = carried.get(new_path, BitMap64()) | positions
             live_rows += entry.data_file.record_count - deleted
         added_rows = sum(f.record_count for f in self.added)
-        if added_rows != live_rows:
+        carried_rows = sum(len(p) for p in carried.values())
+        if added_rows - carried_rows != live_rows:
             raise CommitConflictError(
-                f"rewrite must keep the same rows: removes {live_rows} live rows, adds {added_rows}"
+                f"rewrite must keep the same rows: removes {live_rows} live rows, adds "
+                f"{added_rows} less {carried_rows} carried deletes"
             )
-        return SnapshotChanges(
-            operation="replace", added_data_files=self.added, removed_data_files=self.removed
+        summary = (
+            {SUMMARY_PROPERTY: self.position_map_location} if self.position_map_location else {}
         )
+        return SnapshotChanges(
+            operation="replace",
+            added_data_files=self.added,
+            removed_data_files=self.removed,
+            deletes=carried,
+            summary=summary,
+        )
+
+    def _carry(
+        self, io: FileIO, live: scan.LiveFiles, path: str, seen: int, deleted: int
+    ) -> dict[str, BitMap64]:
+        """The deletes ``path`` gained since the rewrite read it, at their new places."""
+        if self.position_map is None or not self.position_map.covers(path):
+            raise CommitConflictError(
+                f"rewrite: rows of {path} were deleted concurrently ({seen} -> {deleted}) "
+                "and the rewrite has no position map to carry them; re-plan the rewrite"
+            )
+        now = live.positions_deleted(io, path)
+        positions = np.fromiter(now, dtype=np.int64, count=len(now))
+        moved = self.position_map.translate(path, positions, strict=False)
+        if sum(len(p) for p in moved.values()) != deleted - seen:
+            raise CommitConflictError(
+                f"rewrite: the deletes of {path} changed in a way its position map cannot "
+                f"follow ({seen} -> {deleted}); re-plan the rewrite"
+            )
+        return {p: BitMap64(v.tolist()) for p, v in moved.items()}

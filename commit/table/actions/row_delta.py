@@ -2,9 +2,9 @@
 
 Deletes for a file that already has a DV are unioned with it by the producer, so
 two writers deleting rows of the same file both commit. Deletes aimed at a file
-that a concurrent rewrite removed are handed to ``rebase`` (the caller re-resolves
-them to the rows' new positions); without one they are returned inside
-``DeletesOnRewrittenFilesError``.
+that a concurrent rewrite removed follow the rewrite's position map to the rows' new
+places; what no map covers is handed to ``rebase`` (the caller re-resolves it, by key);
+without one it is returned inside ``DeletesOnRewrittenFilesError``.
 """
 
 from __future__ import annotations
@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 
 from pyroaring import BitMap64
 
-from commit.errors import CommitConflictError
-from commit.io import FileIO
-from commit.spec.data_file import DataFile
-from commit.spec.metadata import TableMetadata
-from commit.table import scan
-from commit.table.actions.base import NoChange, Plan
-from commit.table.actions.validation import check_schema_compatible, ledger_step
-from commit.table.changes import SnapshotChanges
-from commit.table.ledger import LedgerClaim
+from calving.commit.errors import CommitConflictError
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table import scan
+from calving.commit.table.actions.base import NoChange, Plan
+from calving.commit.table.actions.validation import check_schema_compatible, ledger_step
+from calving.commit.table.changes import SnapshotChanges
+from calving.commit.table.ledger import LedgerClaim
+from calving.commit.table.rewrites import follow_rewrites
 
 Rebase = Callable[[TableMetadata, Mapping[str, BitMap64]], Mapping[str, BitMap64]]
 
@@ -62,11 +63,14 @@ class RowDelta:
             live = scan.live_files(io, base, base.current_snapshot)
             added = {f.file_path for f in self.added_data_files}
             gone = {p: bm for p, bm in deletes.items() if p not in live.data and p not in added}
+            for p in gone:
+                del deletes[p]
+            moved, gone = follow_rewrites(io, base, live, gone)
+            for p, bm in moved.items():
+                deletes[p] = deletes.get(p, BitMap64()) | bm
             if gone:
                 if self.rebase is None:
                     raise DeletesOnRewrittenFilesError(gone)
-                for p in gone:
-                    del deletes[p]
                 for p, bm in self.rebase(base, gone).items():
                     if p not in live.data and p not in added:
                         raise DeletesOnRewrittenFilesError({p: bm})

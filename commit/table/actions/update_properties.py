@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from commit.io import FileIO
-from commit.spec.metadata import TableMetadata
-from commit.table.actions.base import MetadataUpdates, NoChange, Plan
-from commit.table.updates import RemoveProperties, SetProperties, TableUpdate
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from calving.commit.table.updates import RemoveProperties, SetProperties, TableUpdate
 
 
 @dataclass(frozen=True)

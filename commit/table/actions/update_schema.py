@@ -5,22 +5,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from commit.errors import SchemaError
-from commit.io import FileIO
-from commit.spec.metadata import TableMetadata
-from commit.spec.schema import Schema
-from commit.spec.types import (
+from calving.commit.errors import SchemaError
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.schema import FieldIds, Schema, assign_fresh_ids
+from calving.commit.spec.types import (
     IcebergType,
-    ListType,
-    MapType,
     NestedField,
     PrimitiveType,
-    StructType,
     can_promote,
     same_shape,
 )
-from commit.table.actions.base import MetadataUpdates, NoChange, Plan
-from commit.table.updates import AddSchema, AssertCurrentSchemaId, SetCurrentSchema
+from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from calving.commit.table.updates import AddSchema, AssertCurrentSchemaId, SetCurrentSchema
 
 
 @dataclass(frozen=True)
@@ -38,7 +35,7 @@ class UpdateSchema:
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         schema = base.schema
         fields = list(schema.fields)
-        next_id = base.last_column_id
+        ids = FieldIds(base.last_column_id)
         changed = False
         for col in self.add:
             existing = schema.find_field_by_name(col.name)
@@ -49,10 +46,8 @@ class UpdateSchema:
                     f"column {col.name!r} exists as {existing.field_type}, cannot add it as "
                     f"{col.field_type}"
                 )
-            next_id += 1
-            field_id = next_id
-            ftype, next_id = _assign_ids(col.field_type, next_id)
-            fields.append(NestedField(field_id, col.name, ftype, False, col.doc))
+            column = NestedField(0, col.name, col.field_type, False, col.doc)
+            fields.extend(assign_fresh_ids([column], ids))
             changed = True
         for name, new_type in self.promote:
             idx = next((i for i, f in enumerate(fields) if f.name == name), None)
@@ -84,30 +79,6 @@ class UpdateSchema:
         new_id = max(s.schema_id for s in base.schemas) + 1
         new_schema = replace(candidate, schema_id=new_id)
         return MetadataUpdates(
-            (AddSchema(new_schema, max(next_id, base.last_column_id)), SetCurrentSchema(new_id)),
+            (AddSchema(new_schema, max(ids.last, base.last_column_id)), SetCurrentSchema(new_id)),
             (AssertCurrentSchemaId(base.current_schema_id),),
         )
-
-
-def _assign_ids(t: IcebergType, last_id: int) -> tuple[IcebergType, int]:
-    """Give every nested field of a new column a fresh id above ``last_id``."""
-    if isinstance(t, StructType):
-        new_fields = []
-        ids = []
-        for _ in t.fields:
-            last_id += 1
-            ids.append(last_id)
-        for fid, f in zip(ids, t.fields):
-            ftype, last_id = _assign_ids(f.field_type, last_id)
-            new_fields.append(NestedField(fid, f.name, ftype, f.required, f.doc))
-        return StructType(tuple(new_fields)), last_id
-    if isinstance(t, ListType):
-        eid = last_id + 1
-        etype, last_id = _assign_ids(t.element_type, eid)
-        return ListType(eid, etype, t.element_required), last_id
-    if isinstance(t, MapType):
-        kid, vid = last_id + 1, last_id + 2
-        ktype, last_id = _assign_ids(t.key_type, vid)
-        vtype, last_id = _assign_ids(t.value_type, last_id)
-        return MapType(kid, ktype, vid, vtype, t.value_required), last_id
-    return t, last_id

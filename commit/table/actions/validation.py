@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from commit.errors import CommitConflictError, SchemaError
-from commit.spec.metadata import TableMetadata
-from commit.spec.types import can_promote
-from commit.table.ledger import (
+from calving.commit.errors import CommitConflictError, SchemaError
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.types import can_promote
+from calving.commit.table.ledger import (
     LedgerClaim,
     LedgerVerdict,
     advanced_properties,

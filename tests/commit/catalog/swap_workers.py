@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from commit.catalog import FilesystemCatalog, SqlCatalog
-from commit.catalog.base import Catalog, TableIdent
-from commit.errors import CatalogUnavailableError, CommitSwapLostError
+from calving.commit.catalog import FilesystemCatalog, SqlCatalog
+from calving.commit.catalog.base import Catalog, TableIdent
+from calving.commit.errors import CatalogUnavailableError, CommitSwapLostError
 
 Swap = tuple[str, str]  # (expected, new)
 

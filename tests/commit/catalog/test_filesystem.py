@@ -16,9 +16,9 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog as PyIcebergSqlCatalog
 from pyiceberg.table import StaticTable
 
-from commit.catalog import FaultPlan, FilesystemCatalog, SwapFault
-from commit.catalog.filesystem import NAMESPACE_PROPERTIES_FILE, VERSION_HINT
-from commit.errors import (
+from calving.commit.catalog import FaultPlan, FilesystemCatalog, SwapFault
+from calving.commit.catalog.filesystem import NAMESPACE_PROPERTIES_FILE, VERSION_HINT
+from calving.commit.errors import (
     CatalogUnavailableError,
     CommitStateUnknownError,
     CommitSwapLostError,
@@ -31,7 +31,7 @@ from commit.errors import (
     TableAlreadyExistsError,
     UnsupportedFeatureError,
 )
-from commit.io import FileIO, local_path
+from calving.commit.io import FileIO, local_path
 from tests.commit.catalog.swap_workers import chain_from, fs_committer, run_workers
 from tests.support.oracles import duckdb_connection
 
@@ -200,7 +200,7 @@ def test_a_failed_create_is_resolved_by_reading_back(
 ) -> None:
     """The exclusive create reports an I/O error after the file landed: the catalog looks
     and finds its own bytes, so the commit counts."""
-    from commit.errors import FileIOError
+    from calving.commit.errors import FileIOError
 
     v1 = _create(cat)
     v2 = cat.new_metadata_location(T, v1)

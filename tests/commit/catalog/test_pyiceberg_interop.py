@@ -6,9 +6,9 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog as PyIcebergSqlCatalog
 
-from commit.catalog import SqlCatalog
-from commit.table.actions.fast_append import FastAppend
-from commit.table.table import Table
+from calving.commit.catalog import SqlCatalog
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.table import Table
 from tests.support.tables import COLUMNS, make_table, row, rows_as_tuples, write_partitioned
 
 pytestmark = pytest.mark.integration

@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from pyiceberg.catalog.sql import IcebergNamespaceProperties, IcebergTables
 from pyiceberg.catalog.sql import SqlCatalog as PyIcebergSqlCatalog
 
-from commit.catalog import FaultPlan, SqlCatalog, SwapFault
-from commit.errors import (
+from calving.commit.catalog import FaultPlan, SqlCatalog, SwapFault
+from calving.commit.errors import (
     CatalogError,
     CatalogUnavailableError,
     CommitStateUnknownError,
@@ -32,7 +32,7 @@ from commit.errors import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from commit.io import FileIO
+from calving.commit.io import FileIO
 from tests.commit.catalog.swap_workers import chain_from, run_workers, sql_swapper
 
 PG = pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.integration])

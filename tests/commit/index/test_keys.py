@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.errors import SchemaError, Terminal
-from commit.index.keys import (
+from calving.commit.errors import SchemaError, Terminal
+from calving.commit.index.keys import (
     DEFAULT_HASHER,
     ByteKeys,
     IntKeys,
@@ -22,7 +22,7 @@ from commit.index.keys import (
     NullKeyError,
     partition_of,
 )
-from commit.spec.types import (
+from calving.commit.spec.types import (
     BINARY,
     BOOLEAN,
     DATE,
@@ -34,7 +34,7 @@ from commit.spec.types import (
     UUID,
     fixed,
 )
-from commit.spec.types import (
+from calving.commit.spec.types import (
     decimal as decimal_type,
 )
 

@@ -8,10 +8,10 @@ import pyarrow as pa
 import pytest
 from pyroaring import BitMap64
 
-from commit.errors import UnsupportedFeatureError
-from commit.index.keys import NullKeyError
-from commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
-from commit.spec.types import INT, LONG, STRING
+from calving.commit.errors import UnsupportedFeatureError
+from calving.commit.index.keys import NullKeyError
+from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
+from calving.commit.spec.types import INT, LONG, STRING
 
 
 def _ids(*values: int) -> pa.Table:

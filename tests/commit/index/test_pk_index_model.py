@@ -15,9 +15,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from commit.index.keys import ByteKeys, KeyHasher
-from commit.index.pk_index import PrimaryKeyIndex
-from commit.spec.types import LONG, STRING, PrimitiveType
+from calving.commit.index.keys import ByteKeys, KeyHasher
+from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.spec.types import LONG, STRING, PrimitiveType
 
 
 class WeakHasher(KeyHasher):

@@ -12,11 +12,11 @@ import pyarrow as pa
 import pytest
 from pyroaring import BitMap64
 
-from commit.errors import CorruptFileError
-from commit.index import store
-from commit.index.keys import IntKeys
-from commit.index.pk_index import PrimaryKeyIndex
-from commit.index.store import (
+from calving.commit.errors import CorruptFileError
+from calving.commit.index import store
+from calving.commit.index.keys import IntKeys
+from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.index.store import (
     INDEX_LOCATION_PROPERTY,
     IndexMismatchError,
     StaleIndexError,
@@ -27,15 +27,15 @@ from commit.index.store import (
     open_index,
     save,
 )
-from commit.spec.schema import Schema
-from commit.spec.types import NestedField
-from commit.table.actions.expire_snapshots import ExpireSnapshots
-from commit.table.actions.fast_append import FastAppend
-from commit.table.actions.rewrite_files import RewriteFiles
-from commit.table.actions.row_delta import RowDelta
-from commit.table.actions.update_properties import UpdateProperties
-from commit.table.table import Table, create_table
-from ingest.write.parquet_writer import write_data_file
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import NestedField
+from calving.commit.table.actions.expire_snapshots import ExpireSnapshots
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.rewrite_files import RewriteFiles
+from calving.commit.table.actions.row_delta import RowDelta
+from calving.commit.table.actions.update_properties import UpdateProperties
+from calving.commit.table.table import Table, create_table
+from calving.ingest.write.parquet_writer import write_data_file
 from tests.support.tables import EVENTS, events_spec, make_table, row, write_partitioned
 
 pytestmark = pytest.mark.integration
@@ -175,13 +175,13 @@ def test_save_and_load_round_trip(sqlite_catalog) -> None:
     assert location.startswith(
         f"{table.metadata.location}/metadata/calving-index/{table.metadata.current_snapshot_id}-"
     )
-    assert location.endswith(".arrow")
+    assert location.endswith(".calvidx")
     loaded = load(table.io, location, table.metadata)
     assert _entries(loaded) == _entries(index)
     assert (loaded.snapshot_id, loaded.table_uuid) == (index.snapshot_id, index.table_uuid)
     assert loaded.file_paths and sorted(loaded.file_paths) == sorted(index.file_paths)
 
-    md = pa.ipc.open_file(pa.BufferReader(table.io.read(location))).schema.metadata
+    md = store.read_index_table(table.io, location).schema.metadata
     assert md[b"calving.table-uuid"].decode() == table.metadata.table_uuid
     assert md[b"calving.snapshot-id"].decode() == str(table.metadata.current_snapshot_id)
     assert md[b"calving.key-field-ids"] == b"[1]"
@@ -281,7 +281,7 @@ def test_load_rejects_other_tables_keys_and_content(sqlite_catalog) -> None:
     with pytest.raises(IndexMismatchError, match="differ"):
         load(table.io, wrong, table.metadata)
 
-    junk = f"{table.metadata.location}/metadata/calving-index/junk.arrow"
+    junk = f"{table.metadata.location}/metadata/calving-index/junk.calvidx"
     table.io.write(junk, b"not an arrow file")
     with pytest.raises(CorruptFileError):
         load(table.io, junk, table.metadata)

@@ -7,8 +7,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from commit.spec.avro_schemas import avro_name
-from commit.spec.data_file import (
+from calving.commit.spec.avro_schemas import avro_name
+from calving.commit.spec.data_file import (
     DataFile,
     EntryStatus,
     FieldSummary,
@@ -17,7 +17,7 @@ from commit.spec.data_file import (
     ManifestEntry,
     ManifestFile,
 )
-from commit.spec.types import NestedField, PrimitiveType, StructType, decimal, fixed
+from calving.commit.spec.types import NestedField, PrimitiveType, StructType, decimal, fixed
 from tests.commit.spec.strategies import names
 from tests.commit.spec.value_strategies import ALL_TYPES, INT32, INT64, values_of
 

@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from commit.spec.data_file import (
+from calving.commit.spec.data_file import (
     DataFile,
     EntryStatus,
     FieldSummary,
@@ -26,9 +26,9 @@ from commit.spec.data_file import (
     ManifestEntry,
     ManifestFile,
 )
-from commit.spec.manifest import write_manifest
-from commit.spec.manifest_list import write_manifest_list
-from commit.spec.types import (
+from calving.commit.spec.manifest import write_manifest
+from calving.commit.spec.manifest_list import write_manifest_list
+from calving.commit.spec.types import (
     BOOLEAN,
     DATE,
     INT,

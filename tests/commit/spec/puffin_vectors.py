@@ -8,7 +8,7 @@ deliberate format change, then review the diff) with::
     .venv/bin/python -m tests.commit.spec.puffin_vectors
 
 ``HAND_BUILT_DVS`` are composed here field by field from the spec and the Roaring format
-spec with ``struct`` only, independently of pyroaring and of ``commit.spec``.
+spec with ``struct`` only, independently of pyroaring and of ``calving.commit.spec``.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from pyroaring import BitMap64
 
-from commit.spec.deletion_vector import serialize_dv, write_dv_puffin
-from commit.spec.puffin import PuffinWriter
+from calving.commit.spec.deletion_vector import serialize_dv, write_dv_puffin
+from calving.commit.spec.puffin import PuffinWriter
 
 VECTORS_DIR = Path(__file__).resolve().parents[2] / "vectors"
 DV_DIR = VECTORS_DIR / "dv"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from commit.spec.schema import Schema
-from commit.spec.types import (
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import (
     PRIMITIVE_NAMES,
     IcebergType,
     ListType,

@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyroaring import BitMap, BitMap64
 
-from commit.errors import CorruptFileError
-from commit.spec.deletion_vector import (
+from calving.commit.errors import CorruptFileError
+from calving.commit.spec.deletion_vector import (
     DV_BLOB_TYPE,
     MAX_WRITE_POSITION,
     ROW_POSITION_FIELD_ID,
@@ -24,7 +24,7 @@ from commit.spec.deletion_vector import (
     serialize_dv,
     write_dv_puffin,
 )
-from commit.spec.puffin import PuffinWriter, read_blob, read_footer
+from calving.commit.spec.puffin import PuffinWriter, read_blob, read_footer
 from tests.commit.spec.puffin_vectors import DV_CASES, DV_DIR, HAND_BUILT_DVS
 from tests.commit.spec.test_puffin import mutate, mutations
 

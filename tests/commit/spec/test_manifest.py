@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commit.errors import CorruptFileError, SchemaError, UnsupportedFeatureError
-from commit.spec.avro_file import read_container, write_container
-from commit.spec.avro_schemas import decimal_required_bytes, manifest_entry_schema
-from commit.spec.data_file import (
+from calving.commit.errors import CorruptFileError, SchemaError, UnsupportedFeatureError
+from calving.commit.spec.avro_file import read_container, write_container
+from calving.commit.spec.avro_schemas import decimal_required_bytes, manifest_entry_schema
+from calving.commit.spec.data_file import (
     DataFile,
     EntryStatus,
     FileContent,
@@ -26,8 +26,8 @@ from commit.spec.data_file import (
     ManifestEntry,
     ManifestFile,
 )
-from commit.spec.manifest import Manifest, inherit, read_manifest, write_manifest
-from commit.spec.types import (
+from calving.commit.spec.manifest import Manifest, inherit, read_manifest, write_manifest
+from calving.commit.spec.types import (
     DATE,
     STRING,
     TIMESTAMP,

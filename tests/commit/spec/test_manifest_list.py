@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commit.errors import CorruptFileError
-from commit.spec.avro_file import read_container, write_container
-from commit.spec.avro_schemas import manifest_file_schema
-from commit.spec.data_file import FieldSummary, ManifestContent, ManifestFile
-from commit.spec.manifest_list import ManifestList, read_manifest_list, write_manifest_list
+from calving.commit.errors import CorruptFileError
+from calving.commit.spec.avro_file import read_container, write_container
+from calving.commit.spec.avro_schemas import manifest_file_schema
+from calving.commit.spec.data_file import FieldSummary, ManifestContent, ManifestFile
+from calving.commit.spec.manifest_list import ManifestList, read_manifest_list, write_manifest_list
 from tests.commit.spec.manifest_strategies import manifest_files
 from tests.commit.spec.manifest_vectors import (
     MANIFEST_DIR,

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.errors import CorruptFileError
-from commit.spec.metadata import parse_metadata, serialize_metadata
-from commit.spec.partition import PartitionSpec
-from commit.spec.snapshot import MetadataLogEntry, Snapshot, SnapshotLogEntry, SnapshotRef
-from commit.table.table import new_table_metadata
+from calving.commit.errors import CorruptFileError
+from calving.commit.spec.metadata import parse_metadata, serialize_metadata
+from calving.commit.spec.partition import PartitionSpec
+from calving.commit.spec.snapshot import MetadataLogEntry, Snapshot, SnapshotLogEntry, SnapshotRef
+from calving.commit.table.table import new_table_metadata
 from tests.commit.spec.strategies import schemas
 
 ids = st.integers(1, 2**62)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.spec.murmur3 import hash_long, hash_long_array, murmur3_32
+from calving.commit.spec.murmur3 import hash_long, hash_long_array, murmur3_32
 
 INT64 = st.integers(-(2**63), 2**63 - 1)
 

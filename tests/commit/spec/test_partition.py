@@ -9,17 +9,17 @@ from pyiceberg.partitioning import PartitionSpec as PyPartitionSpec
 from pyiceberg.schema import Schema as PySchema
 from pyiceberg.typedef import Record
 
-from commit.errors import SchemaError, UnsupportedFeatureError
-from commit.spec.partition import (
+from calving.commit.errors import SchemaError, UnsupportedFeatureError
+from calving.commit.spec.partition import (
     UNPARTITIONED,
     PartitionField,
     PartitionSpec,
     PartitionSpecBuilder,
     spec_builder,
 )
-from commit.spec.schema import Schema
-from commit.spec.transforms import DAY, IDENTITY, VOID, bucket, truncate
-from commit.spec.types import (
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.transforms import DAY, IDENTITY, VOID, bucket, truncate
+from calving.commit.spec.types import (
     BINARY,
     DATE,
     DOUBLE,

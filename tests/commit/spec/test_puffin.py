@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from commit.errors import CorruptFileError, UnsupportedFeatureError
-from commit.spec.puffin import (
+from calving.commit.errors import CorruptFileError, UnsupportedFeatureError
+from calving.commit.spec.puffin import (
     CREATED_BY,
     MAGIC,
     BlobMetadata,

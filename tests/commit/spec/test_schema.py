@@ -3,9 +3,9 @@ import json
 import pytest
 from hypothesis import given, settings
 
-from commit.errors import SchemaError
-from commit.spec.schema import Schema
-from commit.spec.types import (
+from calving.commit.errors import SchemaError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import (
     INT,
     LONG,
     STRING,
@@ -63,7 +63,7 @@ def test_promotions_allowed_by_the_spec_only():
 
 
 def test_nested_lookup_by_dotted_name():
-    from commit.spec.types import StructType
+    from calving.commit.spec.types import StructType
 
     s = Schema((NestedField(1, "a", StructType((NestedField(2, "b", INT),))),))
     assert s.find_field_by_name("a.b").field_id == 2

@@ -3,17 +3,17 @@ import json
 import pytest
 from pyiceberg.table.sorting import SortOrder as PySortOrder
 
-from commit.errors import SchemaError, UnsupportedFeatureError
-from commit.spec.schema import Schema
-from commit.spec.sort_order import (
+from calving.commit.errors import SchemaError, UnsupportedFeatureError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.sort_order import (
     UNSORTED,
     SortField,
     SortOrder,
     asc,
     desc,
 )
-from commit.spec.transforms import DAY, IDENTITY, bucket
-from commit.spec.types import DOUBLE, LONG, STRING, TIMESTAMPTZ, ListType, NestedField
+from calving.commit.spec.transforms import DAY, IDENTITY, bucket
+from calving.commit.spec.types import DOUBLE, LONG, STRING, TIMESTAMPTZ, ListType, NestedField
 
 SCHEMA = Schema(
     (

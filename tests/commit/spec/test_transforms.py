@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyiceberg import transforms as pyt
 
-from commit.errors import SchemaError, UnsupportedFeatureError
-from commit.spec.transforms import (
+from calving.commit.errors import SchemaError, UnsupportedFeatureError
+from calving.commit.spec.transforms import (
     DAY,
     HOUR,
     IDENTITY,
@@ -24,7 +24,7 @@ from commit.spec.transforms import (
     parse_transform,
     truncate,
 )
-from commit.spec.types import (
+from calving.commit.spec.types import (
     BINARY,
     DATE,
     DOUBLE,
@@ -154,7 +154,7 @@ def test_can_transform_and_result_type_agree_with_pyiceberg(transform, ptype):
 
 
 def _from_pyiceberg(t):
-    from commit.spec.types import primitive_from_string
+    from calving.commit.spec.types import primitive_from_string
 
     return primitive_from_string(str(t))
 

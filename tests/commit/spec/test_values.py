@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pyiceberg import conversions
 
-from commit.errors import CorruptFileError, SchemaError
-from commit.spec.types import (
+from calving.commit.errors import CorruptFileError, SchemaError
+from calving.commit.spec.types import (
     BINARY,
     BOOLEAN,
     DATE,
@@ -25,7 +25,7 @@ from commit.spec.types import (
     decimal,
     fixed,
 )
-from commit.spec.values import (
+from calving.commit.spec.values import (
     decimal_from_unscaled,
     from_bytes,
     min_big_endian,

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 from hypothesis import strategies as st
 
-from commit.spec.types import PRIMITIVE_NAMES, PrimitiveType, decimal, fixed
-from commit.spec.values import decimal_from_unscaled
+from calving.commit.spec.types import PRIMITIVE_NAMES, PrimitiveType, decimal, fixed
+from calving.commit.spec.values import decimal_from_unscaled
 
 EPOCH_DATE = dt.date(1970, 1, 1)
 # Ranges Python's datetime (and so pyiceberg) can represent: years 1..9999.

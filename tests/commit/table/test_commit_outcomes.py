@@ -5,16 +5,16 @@ from __future__ import annotations
 import pytest
 from pyroaring import BitMap64
 
-from commit.errors import CommitStateUnknownError, SchemaError, TableIdentityChangedError
-from commit.spec.types import LONG, STRING
-from commit.table.actions.expire_snapshots import ExpireSnapshots
-from commit.table.actions.fast_append import FastAppend
-from commit.table.actions.rewrite_files import RewriteFiles
-from commit.table.actions.row_delta import DeletesOnRewrittenFilesError, RowDelta
-from commit.table.actions.update_schema import AddColumn, UpdateSchema
-from commit.table.committer import Committed, Conflicted, Skipped, commit_action
-from commit.table.ledger import LedgerClaim, OffsetRange
-from commit.table.table import Table
+from calving.commit.errors import CommitStateUnknownError, SchemaError, TableIdentityChangedError
+from calving.commit.spec.types import LONG, STRING
+from calving.commit.table.actions.expire_snapshots import ExpireSnapshots
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.rewrite_files import RewriteFiles
+from calving.commit.table.actions.row_delta import DeletesOnRewrittenFilesError, RowDelta
+from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
+from calving.commit.table.committer import Committed, Conflicted, Skipped, commit_action
+from calving.commit.table.ledger import LedgerClaim, OffsetRange
+from calving.commit.table.table import Table
 from tests.support.oracles import pyiceberg_rows
 from tests.support.tables import COLUMNS, make_table, row, rows_as_tuples, write_partitioned
 
@@ -71,8 +71,8 @@ def test_swap_failed_reply_lost_commits_exactly_once(sqlite_catalog):
 
 
 def test_unknown_outcome_with_unreadable_catalog_stays_unknown(sqlite_catalog, monkeypatch):
-    from commit.errors import CatalogUnavailableError
-    from commit.table.committer import Unknown
+    from calving.commit.errors import CatalogUnavailableError
+    from calving.commit.table.committer import Unknown
 
     table = make_table(sqlite_catalog)
     files = _files(table, [row(1)])
@@ -145,7 +145,7 @@ def test_replayed_offsets_commit_nothing_and_ledger_survives_expiry(sqlite_catal
 def test_deletes_on_a_concurrently_rewritten_file_are_handed_back(sqlite_catalog):
     import pyarrow as pa
 
-    from ingest.write.parquet_writer import write_data_file
+    from calving.ingest.write.parquet_writer import write_data_file
 
     table = make_table(sqlite_catalog)
     written = write_partitioned(table, [row(i) for i in range(6)])

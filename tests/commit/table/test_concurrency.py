@@ -10,14 +10,14 @@ from collections import Counter
 import pytest
 from pyroaring import BitMap64
 
-from commit.catalog import SqlCatalog
-from commit.io import FileIO
-from commit.spec.data_file import EntryStatus
-from commit.table import scan
-from commit.table.actions.fast_append import FastAppend
-from commit.table.actions.row_delta import RowDelta
-from commit.table.committer import Committed, commit_action
-from commit.table.table import Table
+from calving.commit.catalog import SqlCatalog
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import EntryStatus
+from calving.commit.table import scan
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.row_delta import RowDelta
+from calving.commit.table.committer import Committed, commit_action
+from calving.commit.table.table import Table
 from tests.support.tables import make_table, row, write_partitioned
 
 pytestmark = pytest.mark.integration

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 from pyroaring import BitMap64
 
-from commit.spec.data_file import FileContent
-from commit.spec.partition import UNPARTITIONED
-from commit.table.actions.fast_append import FastAppend
-from commit.table.actions.row_delta import RowDelta
-from commit.table.committer import Committed
+from calving.commit.spec.data_file import FileContent
+from calving.commit.spec.partition import UNPARTITIONED
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.row_delta import RowDelta
+from calving.commit.table.committer import Committed
 from tests.support.oracles import ALL_READERS
 from tests.support.tables import COLUMNS, make_table, row, rows_as_tuples, write_partitioned
 
@@ -74,7 +74,7 @@ def _unpartitioned_files(table, sizes):
     import numpy as np
     import pyarrow as pa
 
-    from ingest.write.parquet_writer import write_data_file
+    from calving.ingest.write.parquet_writer import write_data_file
 
     out, start = [], 0
     for n, size in enumerate(sizes):
@@ -124,7 +124,7 @@ def test_large_dv_next_to_small_dv_reads_back_in_duckdb(sqlite_catalog, blobs_pe
 def test_dv_blobs_per_puffin_packs_dvs_and_rejects_bad_values(sqlite_catalog):
     """The property packs several DVs into one Puffin file (for readers without
     DuckDB's cache bug) and a bad value fails the commit with a typed error."""
-    from commit.errors import InvalidTablePropertyError
+    from calving.commit.errors import InvalidTablePropertyError
 
     table = make_table(
         sqlite_catalog,
@@ -155,7 +155,7 @@ def test_manifests_left_with_only_deleted_entries_are_not_carried(sqlite_catalog
     """Replacing a file's DV rewrites the manifest that held the old one with that entry
     DELETED; the next snapshot does not carry such a manifest (its own list still does),
     so a CDC stream does not pile up manifests readers must open."""
-    from commit.table import scan
+    from calving.commit.table import scan
 
     table = make_table(sqlite_catalog, "dvchain", spec=UNPARTITIONED)
     ((data_file, ids),) = _unpartitioned_files(table, [50])

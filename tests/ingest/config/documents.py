@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from commit.errors import ConfigError
-from ingest.config import CalvingConfig, parse_config
+from calving.commit.errors import ConfigError
+from calving.ingest.config import CalvingConfig, parse_config
 
 BASE_DIR = "/srv/calving/pipelines"
 _DELETE = object()

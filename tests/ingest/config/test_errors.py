@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from commit.errors import ConfigError
-from ingest.config import load_config
+from calving.commit.errors import ConfigError
+from calving.ingest.config import load_config
 
 from .documents import _DELETE, cdc, edit, error_of, json_append, parse
 
@@ -30,7 +30,7 @@ CASES = [
         "unknown-section-no-hint",
         json_append,
         [("pipeline", {})],
-        ["pipeline: unknown key (known keys here: source, format, table, sink, spark)"],
+        ["pipeline: unknown key (known keys here: source, format, table, sink, spark, metrics)"],
     ),
     # ------------------------------------------------------------------ [source]
     (
@@ -519,7 +519,7 @@ CASES = [
         "spark.master-type",
         json_append,
         [("spark", {"master": 2})],
-        ["spark.master: expected a string, got an integer 2"],
+        ["spark.master: expected a Spark master URL, got an integer 2"],
     ),
     (
         "spark.conf-master",

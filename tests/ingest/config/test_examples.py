@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from commit.errors import ConfigError
-from commit.spec.transforms import Transform, bucket
-from ingest.config import load_config
-from ingest.config.format import KEYS as FORMAT_KEYS
-from ingest.config.runtime import SINK_KEYS, SPARK_KEYS
-from ingest.config.source import KEYS as SOURCE_KEYS
-from ingest.config.table import COLUMN_KEYS
-from ingest.config.table import KEYS as TABLE_KEYS
+from calving.commit.errors import ConfigError
+from calving.commit.spec.transforms import Transform, bucket
+from calving.ingest.config import load_config
+from calving.ingest.config.format import KEYS as FORMAT_KEYS
+from calving.ingest.config.runtime import SINK_KEYS, SPARK_KEYS
+from calving.ingest.config.source import KEYS as SOURCE_KEYS
+from calving.ingest.config.table import COLUMN_KEYS
+from calving.ingest.config.table import KEYS as TABLE_KEYS
 
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 POSTGRES_ENV = {

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ingest.config import load_config, parse_config
+from calving.ingest.config import load_config, parse_config
 
 from .documents import BASE_DIR, edit, error_of, json_append, parse
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingest.config import parse_config
+from calving.ingest.config import parse_config
 
 from .documents import BASE_DIR, cdc, edit, error_of, json_append, parse
 
@@ -185,7 +185,7 @@ SECRETS = {
     "KEY_ID": "keyid-secret-06",
     "OWNER": "owner-secret-07",
     "DLQ": "dlq-secret-08",
-    "MASTER": "local[3]-secret-09",
+    "MASTER": "spark://master-secret-09:7077",
     "SPARKX": "sparkx-secret-10",
     "REGISTRY": "https://registry-secret-11.internal:8081",
 }
@@ -200,7 +200,7 @@ def test_values_from_the_environment_are_resolved_for_use():
     assert config.table.properties == {"owner": "owner-secret-07"}
     assert config.sink.checkpoint == "s3a://bucket-secret-05/checkpoints"
     assert config.sink.dead_letter_topic == "dlq-secret-08"
-    assert config.spark.master == "local[3]-secret-09"
+    assert config.spark.master == "spark://master-secret-09:7077"
     assert config.spark.conf == {"spark.x": "sparkx-secret-10"}
 
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from commit.spec.transforms import IDENTITY, Transform, bucket, truncate
-from ingest.config import interval_seconds
+from calving.commit.spec.transforms import IDENTITY, Transform, bucket, truncate
+from calving.ingest.config import interval_seconds
 
 from .documents import cdc, edit, json_append, parse
 
@@ -171,3 +171,13 @@ def test_multi_level_namespace():
     table = parse(edit(json_append(), "table.name", "prod.shop.orders")).table
     assert table.ident == ("prod", "shop", "orders")
     assert table.namespace == ("prod", "shop")
+
+
+def test_dead_letter_max_bytes_reaches_the_sink_config() -> None:
+    from calving.commit.errors import ConfigError
+    from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES
+
+    assert parse(cdc()).sink.dead_letter_max_bytes == DEFAULT_TOPIC_MAX_BYTES == 900_000
+    assert parse(edit(cdc(), "sink.dead_letter_max_bytes", 4096)).sink.dead_letter_max_bytes == 4096
+    with pytest.raises(ConfigError, match="sink.dead_letter_max_bytes"):
+        parse(edit(cdc(), "sink.dead_letter_max_bytes", 100))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from ingest.decode.batch import DecodedBatch
+from calving.ingest.decode.batch import DecodedBatch
 
 
 def kafka_batch(

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.spec.schema import Schema
-from commit.spec.types import (
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import (
     DATE,
     DOUBLE,
     LONG,
@@ -30,8 +30,8 @@ from commit.spec.types import (
     StructType,
     decimal,
 )
-from ingest.decode.avro_confluent import AvroOptions, ConfluentAvroDecoder
-from ingest.decode.schema_registry import (
+from calving.ingest.decode.avro_confluent import AvroOptions, ConfluentAvroDecoder
+from calving.ingest.decode.schema_registry import (
     SchemaNotFoundError,
     SchemaRegistryUnavailableError,
 )

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.errors import ConfigError
-from commit.spec.schema import Schema
-from commit.spec.types import (
+from calving.commit.errors import ConfigError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import (
     BINARY,
     DATE,
     DOUBLE,
@@ -33,8 +33,8 @@ from commit.spec.types import (
     decimal,
     fixed,
 )
-from ingest.decode.batch import RowConverter
-from ingest.decode.coerce import (
+from calving.ingest.decode.batch import RowConverter
+from calving.ingest.decode.coerce import (
     CoercionError,
     CoercionOptions,
     EpochTime,
@@ -42,7 +42,7 @@ from ingest.decode.coerce import (
     parse_timestamp,
     primitive_converter,
 )
-from ingest.decode.json_values import arrow_gate_pattern
+from calving.ingest.decode.json_values import arrow_gate_pattern
 
 OPTS = CoercionOptions()
 
@@ -244,7 +244,7 @@ _timestamps = st.builds(
 def test_arrow_gate_agrees_with_coerce(text, ice_type, naive_as_utc):
     import re
 
-    from ingest.write.arrow_schema import primitive_to_arrow
+    from calving.ingest.write.arrow_schema import primitive_to_arrow
 
     arrow_type = primitive_to_arrow(ice_type)
     pattern = arrow_gate_pattern(arrow_type, naive_as_utc)
@@ -269,7 +269,7 @@ def test_arrow_gate_agrees_with_coerce(text, ice_type, naive_as_utc):
 def test_arrow_date_gate_agrees_with_coerce(year, month, day):
     import re
 
-    from ingest.decode.coerce import parse_date
+    from calving.ingest.decode.coerce import parse_date
 
     text = f"{year:04d}-{month:02d}-{day:02d}"
     if not re.search(arrow_gate_pattern(pa.date32(), False) or "", text):

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.errors import ConfigError
-from commit.spec.schema import Schema
-from commit.spec.types import LONG, STRING, TIME, TIMESTAMP, NestedField, decimal
-from ingest.decode.debezium import DebeziumDecoder, DebeziumOptions
+from calving.commit.errors import ConfigError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import LONG, STRING, TIME, TIMESTAMP, NestedField, decimal
+from calving.ingest.decode.debezium import DebeziumDecoder, DebeziumOptions
 from tests.ingest.decode import assert_partitioned, data_rows, kafka_batch
 
 TABLE = Schema(

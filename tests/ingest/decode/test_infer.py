@@ -7,7 +7,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.spec.types import (
+from calving.commit.spec.types import (
     BOOLEAN,
     DATE,
     DOUBLE,
@@ -18,8 +18,8 @@ from commit.spec.types import (
     ListType,
     StructType,
 )
-from ingest.decode.infer import infer_schema
-from ingest.decode.json_values import JsonValueDecoder
+from calving.ingest.decode.infer import infer_schema
+from calving.ingest.decode.json_values import JsonValueDecoder
 from tests.ingest.decode import kafka_batch
 
 

@@ -9,8 +9,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from commit.errors import ConfigError
-from ingest.decode.schema_registry import (
+from calving.commit.errors import ConfigError
+from calving.ingest.decode.schema_registry import (
     LocalSchemaDirectory,
     SchemaNotFoundError,
     SchemaRegistryClient,

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from commit.errors import ConfigError
-from commit.spec.schema import Schema
-from commit.spec.types import INT, LONG, STRING, NestedField
-from ingest.decode.upsert import KeyUpsertDecoder
+from calving.commit.errors import ConfigError
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import INT, LONG, STRING, NestedField
+from calving.ingest.decode.upsert import KeyUpsertDecoder
 from tests.ingest.decode import assert_partitioned, data_rows, kafka_batch
 
 ONE_KEY = Schema(

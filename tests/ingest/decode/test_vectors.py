@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from commit.spec.schema import Schema
-from ingest.decode.avro_confluent import ConfluentAvroDecoder
-from ingest.decode.debezium import DebeziumDecoder, DebeziumOptions
-from ingest.decode.json_values import JsonValueDecoder
-from ingest.decode.schema_registry import LocalSchemaDirectory
+from calving.commit.spec.schema import Schema
+from calving.ingest.decode.avro_confluent import ConfluentAvroDecoder
+from calving.ingest.decode.debezium import DebeziumDecoder, DebeziumOptions
+from calving.ingest.decode.json_values import JsonValueDecoder
+from calving.ingest.decode.schema_registry import LocalSchemaDirectory
 from tests.ingest.decode import assert_partitioned, kafka_batch
 
 VECTORS = Path(__file__).resolve().parents[2] / "vectors" / "records"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from ingest.demo.generator import COLUMN_NAMES, CdcGenerator
+from calving.ingest.demo.generator import COLUMN_NAMES, CdcGenerator
 
 
 def _fold(records: list[tuple[int, bytes | None, bytes | None, None]]) -> dict[int, tuple]:

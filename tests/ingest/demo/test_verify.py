@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ingest.demo.verify import compare
+from calving.ingest.demo.verify import compare
 
 
 def test_equal_multisets_pass() -> None:

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from ingest.kafka.broker import BrokerStartError, EmbeddedBroker
-from ingest.kafka.producer import Record, produce
+from calving.ingest.kafka.broker import BrokerStartError, EmbeddedBroker
+from calving.ingest.kafka.producer import Record, produce
 
 pytestmark = pytest.mark.integration
 

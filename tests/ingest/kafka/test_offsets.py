@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from commit.errors import ConfigError
-from ingest.kafka.offsets import (
+from calving.commit.errors import ConfigError
+from calving.ingest.kafka.offsets import (
     KafkaDataLossError,
     OffsetRange,
     admit,

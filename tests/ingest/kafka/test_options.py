@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from commit.errors import ConfigError
-from ingest.kafka.options import KafkaSourceOptions, Subscription
-from ingest.kafka.range_reader import consumer_config
+from calving.commit.errors import ConfigError
+from calving.ingest.kafka.options import KafkaSourceOptions, Subscription
+from calving.ingest.kafka.range_reader import consumer_config
 
 BASE = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 

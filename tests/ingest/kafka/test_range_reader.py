@@ -8,12 +8,12 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
-from ingest.kafka.broker import EmbeddedBroker
-from ingest.kafka.offsets import OffsetRange
-from ingest.kafka.options import KafkaSourceOptions
-from ingest.kafka.producer import produce
-from ingest.kafka.range_reader import KafkaReadTimeoutError, read_range
-from ingest.kafka.source import kafka_arrow_schema
+from calving.ingest.kafka.broker import EmbeddedBroker
+from calving.ingest.kafka.offsets import OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.producer import produce
+from calving.ingest.kafka.range_reader import KafkaReadTimeoutError, read_range
+from calving.ingest.kafka.source import kafka_arrow_schema
 
 pytestmark = pytest.mark.integration
 

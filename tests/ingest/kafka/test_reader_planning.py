@@ -10,11 +10,11 @@ from collections.abc import Callable
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from ingest.kafka.broker import EmbeddedBroker
-from ingest.kafka.offsets import KafkaDataLossError, OffsetRange
-from ingest.kafka.options import KafkaSourceOptions
-from ingest.kafka.producer import produce
-from ingest.kafka.source import KafkaStreamReader
+from calving.ingest.kafka.broker import EmbeddedBroker
+from calving.ingest.kafka.offsets import KafkaDataLossError, OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.producer import produce
+from calving.ingest.kafka.source import KafkaStreamReader
 
 pytestmark = pytest.mark.integration
 

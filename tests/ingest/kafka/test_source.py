@@ -10,9 +10,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from ingest.kafka.broker import EmbeddedBroker
-from ingest.kafka.producer import produce
-from ingest.kafka.source import SOURCE_NAME, KafkaSource, kafka_schema
+from calving.ingest.kafka.broker import EmbeddedBroker
+from calving.ingest.kafka.producer import produce
+from calving.ingest.kafka.source import SOURCE_NAME, KafkaSource, kafka_schema
 
 pytestmark = pytest.mark.integration
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from commit.table.table import create_table
-from ingest.decode import DebeziumDecoder, JsonValueDecoder
-from ingest.kafka.producer import produce
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.table.table import create_table
+from calving.ingest.decode import DebeziumDecoder, JsonValueDecoder
+from calving.ingest.kafka.producer import produce
+from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.ingest.sink.test_append_stream import COLUMNS as APPEND_COLUMNS
 from tests.ingest.sink.test_append_stream import SCHEMA as APPEND_SCHEMA
 from tests.support.cdc import COLUMNS, SCHEMA, cdc_events

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from commit.spec.schema import Schema
-from commit.spec.types import NestedField, PrimitiveType
-from commit.table.ledger import read_ledger
-from commit.table.table import Table, create_table
-from ingest.decode import JsonValueDecoder
-from ingest.kafka.producer import produce
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import NestedField, PrimitiveType
+from calving.commit.table.ledger import read_ledger
+from calving.commit.table.table import Table, create_table
+from calving.ingest.decode import JsonValueDecoder
+from calving.ingest.kafka.producer import produce
+from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 from tests.support.streams import drain
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from commit.table.table import Table, create_table
-from ingest.decode import DebeziumDecoder
-from ingest.kafka.producer import produce
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.table.table import Table, create_table
+from calving.ingest.decode import DebeziumDecoder
+from calving.ingest.kafka.producer import produce
+from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.support.cdc import COLUMNS, SCHEMA, cdc_events
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 from tests.support.streams import drain
@@ -45,7 +45,7 @@ def test_debezium_updates_and_deletes_become_deletion_vectors(
     assert all(e.data_file.content.name == "POSITION_DELETES" for e in live.dvs.values())
     assert sum(s.deleted_rows for s in sink.coordinator.history) > 0
     # The index is saved with the table and matches it.
-    from commit.index import INDEX_LOCATION_PROPERTY, load_current
+    from calving.commit.index import INDEX_LOCATION_PROPERTY, load_current
 
     assert INDEX_LOCATION_PROPERTY in table.metadata.properties
     index = load_current(table.io, table.metadata)

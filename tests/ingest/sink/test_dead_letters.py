@@ -7,12 +7,12 @@ import json
 
 import pytest
 
-from commit.errors import CorruptRecordError
-from commit.table.table import create_table
-from ingest.decode import JsonValueDecoder
-from ingest.kafka.producer import produce
-from ingest.sink.dead_letters import DEAD_LETTER_TABLE_SCHEMA
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.errors import CorruptRecordError
+from calving.commit.table.table import create_table
+from calving.ingest.decode import JsonValueDecoder
+from calving.ingest.kafka.producer import produce
+from calving.ingest.sink.dead_letters import DEAD_LETTER_TABLE_SCHEMA
+from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.ingest.sink.test_append_stream import COLUMNS, SCHEMA
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 from tests.support.streams import drain

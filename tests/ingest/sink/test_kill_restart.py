@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from commit.catalog.sql import SqlCatalog
-from commit.table.table import create_table
-from ingest.kafka.producer import produce
+from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.table.table import create_table
+from calving.ingest.kafka.producer import produce
 from tests.support.cdc import COLUMNS, SCHEMA, cdc_events
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 

@@ -9,12 +9,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from commit.io import FileIO
-from commit.table.table import Table, create_table
-from ingest.decode import JsonValueDecoder
-from ingest.kafka.producer import produce
-from ingest.sink.foreach_batch import CalvingSink
+from calving.commit.io import FileIO
+from calving.commit.table.table import Table, create_table
+from calving.ingest.decode import JsonValueDecoder
+from calving.ingest.kafka.producer import produce
+from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.ingest.sink.test_append_stream import COLUMNS, SCHEMA
+from tests.support.s3 import moto_bucket
 from tests.support.streams import drain
 
 pytestmark = pytest.mark.integration
@@ -24,32 +25,13 @@ BUCKET = "lake"
 
 @pytest.fixture(scope="module")
 def s3_properties() -> Iterator[dict[str, str]]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    props = {
-        "s3.endpoint": f"http://{host}:{port}",
-        "s3.access-key-id": "calving-test",
-        "s3.secret-access-key": "calving-test-secret",
-        "s3.region": "us-east-1",
-    }
-    import boto3
-
-    boto3.client(
-        "s3",
-        endpoint_url=props["s3.endpoint"],
-        aws_access_key_id="calving-test",
-        aws_secret_access_key="calving-test-secret",
-        region_name="us-east-1",
-    ).create_bucket(Bucket=BUCKET)
-    yield props
-    server.stop()
+    """A moto S3 server on loopback with an empty bucket: FileIO properties."""
+    with moto_bucket(BUCKET) as props:
+        yield props
 
 
 def test_executors_write_to_the_tables_endpoint(spark, broker, make_topic, tmp_path, s3_properties):
-    from commit.catalog.sql import SqlCatalog
+    from calving.commit.catalog.sql import SqlCatalog
 
     io = FileIO(s3_properties)
     catalog = SqlCatalog("s3test", f"sqlite:///{tmp_path}/catalog.db", f"s3://{BUCKET}/wh", io=io)
@@ -88,10 +70,10 @@ def test_row_delta_on_s3_writes_each_dv_and_manifest_there(tmp_path, s3_properti
     import pyarrow as pa
     from pyroaring import BitMap64
 
-    from commit.catalog.sql import SqlCatalog
-    from commit.table.actions.fast_append import FastAppend
-    from commit.table.actions.row_delta import RowDelta
-    from ingest.write.parquet_writer import write_data_file
+    from calving.commit.catalog.sql import SqlCatalog
+    from calving.commit.table.actions.fast_append import FastAppend
+    from calving.commit.table.actions.row_delta import RowDelta
+    from calving.ingest.write.parquet_writer import write_data_file
 
     io = FileIO(s3_properties)
     catalog = SqlCatalog("s3dv", f"sqlite:///{tmp_path}/catalog.db", f"s3://{BUCKET}/dv", io=io)

@@ -1,0 +1,45 @@
+"""What a commit did, as a value: ``Committed``, ``Skipped``, ``Conflicted`` or ``Unknown``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from calving.commit.errors import CalvingError, CommitStateUnknownError
+from calving.commit.spec.metadata import TableMetadata
+
+
+@dataclass(frozen=True)
+class Committed:
+    metadata: TableMetadata
+    metadata_location: str
+    snapshot_id: int | None
+    attempts: int
+    found_on_refresh: bool = False  # an earlier attempt had landed (reply lost)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Nothing was committed because nothing needed to be (e.g. an offset replay)."""
+
+    metadata: TableMetadata
+    metadata_location: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Conflicted:
+    """Validation failed against the refreshed table; terminal for this change."""
+
+    error: CalvingError
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """The swap may have happened and the catalog could not tell; nothing was cleaned."""
+
+    error: CommitStateUnknownError
+    attempted_location: str | None
+
+
+CommitOutcome = Committed | Skipped | Conflicted | Unknown

@@ -1,0 +1,193 @@
+"""Table properties calving reads: one typed accessor, one definition per property.
+
+Every property calving reads from a table's metadata is declared here once (name, kind,
+default, allowed range). ``TableProperties(metadata.properties)`` reads them with their
+defaults; a value that cannot be used raises ``InvalidTablePropertyError`` naming the
+property, the value, what is wanted and how to fix it on an existing table.
+``validate_properties`` checks a whole mapping up front (pipeline config, ``calving table
+set-property``) so a bad value is refused before anything is created or committed.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from calving.commit.errors import InvalidTablePropertyError
+
+#: How to repair a table that already carries a bad value.
+FIX_HINT = "fix it with `calving table set-property` or `calving table unset-property`"
+
+
+@dataclass(frozen=True)
+class IntProperty:
+    """A whole-number property with an inclusive range."""
+
+    name: str
+    default: int
+    minimum: int
+    maximum: int = 2**63 - 1
+
+    def parse(self, raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except (ValueError, AttributeError):
+            value = None
+        if value is None or not self.minimum <= value <= self.maximum:
+            want = f"a whole number >= {self.minimum}"
+            if self.maximum < 2**63 - 1:
+                want = f"a whole number from {self.minimum} to {self.maximum}"
+            raise InvalidTablePropertyError(
+                f"table property {self.name}={raw!r}: want {want}; {FIX_HINT}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
+class BoolProperty:
+    """``true`` or ``false`` (any case), as Iceberg Java reads them."""
+
+    name: str
+    default: bool
+
+    def parse(self, raw: str) -> bool:
+        text = raw.strip().lower() if isinstance(raw, str) else ""
+        if text not in ("true", "false"):
+            raise InvalidTablePropertyError(
+                f"table property {self.name}={raw!r}: want true or false; {FIX_HINT}"
+            )
+        return text == "true"
+
+
+@dataclass(frozen=True)
+class PathProperty:
+    """A location (no default: derived from the table location by the caller)."""
+
+    name: str
+
+    def parse(self, raw: str) -> str:
+        if not isinstance(raw, str) or not raw.strip() or "\x00" in raw:
+            raise InvalidTablePropertyError(
+                f"table property {self.name}={raw!r}: want a non-empty location; {FIX_HINT}"
+            )
+        return raw.rstrip("/")
+
+
+Property = IntProperty | BoolProperty | PathProperty
+
+COMMIT_NUM_RETRIES = IntProperty("commit.retry.num-retries", 4, 0, 1_000)
+COMMIT_MIN_WAIT_MS = IntProperty("commit.retry.min-wait-ms", 100, 0, 3_600_000)
+COMMIT_MAX_WAIT_MS = IntProperty("commit.retry.max-wait-ms", 60_000, 0, 3_600_000)
+COMMIT_TOTAL_TIMEOUT_MS = IntProperty("commit.retry.total-timeout-ms", 1_800_000, 0)
+MANIFEST_MERGE_ENABLED = BoolProperty("commit.manifest-merge.enabled", True)
+MANIFEST_MIN_COUNT_TO_MERGE = IntProperty("commit.manifest.min-count-to-merge", 100, 1)
+MANIFEST_TARGET_SIZE_BYTES = IntProperty("commit.manifest.target-size-bytes", 8 * 1024 * 1024, 1024)
+TARGET_FILE_SIZE_BYTES = IntProperty("write.target-file-size-bytes", 512 * 1024 * 1024, 1024)
+PREVIOUS_VERSIONS_MAX = IntProperty("write.metadata.previous-versions-max", 100, 0)
+DV_BLOBS_PER_PUFFIN = IntProperty("calving.dv.blobs-per-puffin", 1, 1, 1_000_000)
+WRITE_DATA_PATH = PathProperty("write.data.path")
+WRITE_METADATA_PATH = PathProperty("write.metadata.path")
+FILE_SKETCHES = PathProperty("calving.statistics.file-sketches")
+
+#: Every property calving reads, by name.
+KNOWN: dict[str, Property] = {
+    p.name: p
+    for p in (
+        COMMIT_NUM_RETRIES,
+        COMMIT_MIN_WAIT_MS,
+        COMMIT_MAX_WAIT_MS,
+        COMMIT_TOTAL_TIMEOUT_MS,
+        MANIFEST_MERGE_ENABLED,
+        MANIFEST_MIN_COUNT_TO_MERGE,
+        MANIFEST_TARGET_SIZE_BYTES,
+        TARGET_FILE_SIZE_BYTES,
+        PREVIOUS_VERSIONS_MAX,
+        DV_BLOBS_PER_PUFFIN,
+        WRITE_DATA_PATH,
+        WRITE_METADATA_PATH,
+        FILE_SKETCHES,
+    )
+}
+
+
+def validate_properties(properties: Mapping[str, str]) -> None:
+    """Raise ``InvalidTablePropertyError`` for the first known property with a bad value;
+    unknown names pass (other engines' properties are theirs)."""
+    for name, raw in properties.items():
+        prop = KNOWN.get(name)
+        if prop is not None:
+            prop.parse(raw)
+
+
+class TableProperties:
+    """Typed, defaulted view of a table's properties (raises on the first bad read)."""
+
+    def __init__(self, properties: Mapping[str, str]) -> None:
+        self._raw = properties
+
+    def _int(self, prop: IntProperty) -> int:
+        raw = self._raw.get(prop.name)
+        return prop.default if raw is None else prop.parse(raw)
+
+    def _bool(self, prop: BoolProperty) -> bool:
+        raw = self._raw.get(prop.name)
+        return prop.default if raw is None else prop.parse(raw)
+
+    def _path(self, prop: PathProperty) -> str | None:
+        raw = self._raw.get(prop.name)
+        return None if raw is None else prop.parse(raw)
+
+    @property
+    def commit_num_retries(self) -> int:
+        return self._int(COMMIT_NUM_RETRIES)
+
+    @property
+    def commit_min_wait_ms(self) -> int:
+        return self._int(COMMIT_MIN_WAIT_MS)
+
+    @property
+    def commit_max_wait_ms(self) -> int:
+        return self._int(COMMIT_MAX_WAIT_MS)
+
+    @property
+    def commit_total_timeout_ms(self) -> int:
+        return self._int(COMMIT_TOTAL_TIMEOUT_MS)
+
+    @property
+    def manifest_merge_enabled(self) -> bool:
+        return self._bool(MANIFEST_MERGE_ENABLED)
+
+    @property
+    def manifest_min_count_to_merge(self) -> int:
+        return self._int(MANIFEST_MIN_COUNT_TO_MERGE)
+
+    @property
+    def manifest_target_size_bytes(self) -> int:
+        return self._int(MANIFEST_TARGET_SIZE_BYTES)
+
+    @property
+    def target_file_size_bytes(self) -> int:
+        return self._int(TARGET_FILE_SIZE_BYTES)
+
+    @property
+    def previous_versions_max(self) -> int:
+        return self._int(PREVIOUS_VERSIONS_MAX)
+
+    @property
+    def dv_blobs_per_puffin(self) -> int:
+        return self._int(DV_BLOBS_PER_PUFFIN)
+
+    @property
+    def write_data_path(self) -> str | None:
+        return self._path(WRITE_DATA_PATH)
+
+    @property
+    def write_metadata_path(self) -> str | None:
+        return self._path(WRITE_METADATA_PATH)
+
+    @property
+    def file_sketches(self) -> str | None:
+        """calving's per-file theta sketch cache (column statistics maintenance)."""
+        return self._path(FILE_SKETCHES)

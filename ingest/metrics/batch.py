@@ -1,0 +1,365 @@
+"""Per-batch figures of a ``CalvingSink``: Prometheus families and one JSON log line.
+
+``SinkMetrics`` is handed to the sink (``CalvingSink(metrics=...)``); after each batch's
+commit the sink calls ``batch_done`` (or ``batch_failed`` when the commit raised). The
+same numbers go to the registry (served by ``MetricsServer`` when enabled) and, as one
+JSON object per batch, to the ``calving.metrics`` logger at INFO. ``METRICS`` and
+``LOG_FIELDS`` document every name.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from calving.commit.errors import CommitConflictError, RetriesExhaustedError, StaleWriterError
+from calving.commit.table.ledger import read_ledger
+from calving.ingest.metrics.exposition import Counter, Gauge, Histogram, Registry
+from calving.ingest.metrics.lag import LagProbe
+from calving.ingest.metrics.server import MetricsServer
+
+if TYPE_CHECKING:
+    from calving.ingest.sink.coordinator import BatchStats, ParsedMessages
+    from calving.ingest.sink.foreach_batch import CalvingSink
+
+log = logging.getLogger("calving.metrics")
+
+COMMIT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+BATCH_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+FRESHNESS_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600)
+
+_BASE = ("table", "writer_id")
+
+#: name -> (type, extra labels beyond table and writer_id, help). Rendered in this order.
+METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
+    "calving_batches_total": (
+        "counter",
+        ("outcome",),
+        (
+            "Micro-batches handled, by outcome: committed (a snapshot), skipped (the ledger "
+            "already held the offsets), empty (no records), failed (the commit raised)."
+        ),
+    ),
+    "calving_records_total": (
+        "counter",
+        (),
+        "Kafka records a batch read past the ledger (rows and dead letters).",
+    ),
+    "calving_dead_letters_total": ("counter", (), "Records sent to the dead-letter destination."),
+    "calving_rows_written_total": ("counter", (), "Rows in the data files the batches added."),
+    "calving_rows_deleted_total": (
+        "counter",
+        (),
+        "Earlier rows the batches deleted with deletion vectors (keyed tables).",
+    ),
+    "calving_commits_total": ("counter", (), "Snapshots the batches added to the table."),
+    "calving_commit_retries_total": (
+        "counter",
+        (),
+        "Commit attempts beyond the first (each after losing the catalog swap).",
+    ),
+    "calving_commit_conflicts_total": (
+        "counter",
+        (),
+        (
+            "Commit attempts that lost to a concurrent commit: swaps lost and retried, plus "
+            "one per batch that failed on a conflict or ran out of retries."
+        ),
+    ),
+    "calving_commit_duration_seconds": (
+        "histogram",
+        (),
+        (
+            "Driver commit stage of a batch (index lookup, dead-letter append, the snapshot "
+            "commit with its retries)."
+        ),
+    ),
+    "calving_batch_duration_seconds": (
+        "histogram",
+        (),
+        "Whole micro-batch in the sink: plan, decode and write on executors, commit.",
+    ),
+    "calving_freshness_seconds": (
+        "histogram",
+        (),
+        "Per committed batch: commit visible minus the oldest Kafka record timestamp in it.",
+    ),
+    "calving_freshness_oldest_seconds": (
+        "gauge",
+        (),
+        "Last committed batch: commit visible minus its oldest Kafka record timestamp.",
+    ),
+    "calving_freshness_newest_seconds": (
+        "gauge",
+        (),
+        "Last committed batch: commit visible minus its newest Kafka record timestamp.",
+    ),
+    "calving_last_commit_timestamp_seconds": (
+        "gauge",
+        (),
+        "Unix time at which the last batch's snapshot became visible.",
+    ),
+    "calving_kafka_lag_records": (
+        "gauge",
+        ("topic", "partition"),
+        "Latest offset of the partition minus the next offset the table's ledger holds.",
+    ),
+    "calving_index_keys": (
+        "gauge",
+        (),
+        "Keys in the primary-key index (keyed tables): the live rows of the committed snapshot.",
+    ),
+    "calving_index_bytes": ("gauge", (), "Resident bytes of the primary-key index."),
+}
+
+#: Fields of the JSON log line (one per batch on ``calving.metrics``).
+LOG_FIELDS: dict[str, str] = {
+    "event": '"batch"',
+    "table": "table name",
+    "writer_id": "the sink's writer id",
+    "batch_id": "Spark's micro-batch id",
+    "outcome": "committed | skipped | empty | failed",
+    "records": "Kafka records read past the ledger",
+    "dead_letters": "records sent to the dead-letter destination",
+    "rows_written": "rows in the added data files",
+    "rows_deleted": "earlier rows deleted with deletion vectors",
+    "data_files": "data files added",
+    "dv_files": "deletion vectors written",
+    "snapshot_id": "the new snapshot (null unless committed)",
+    "commit_attempts": "attempts the snapshot commit took (0 unless committed)",
+    "retries": "commit_attempts - 1 (not below 0)",
+    "conflicts": "lost swaps, plus 1 if the commit failed on a conflict",
+    "commit_seconds": "driver commit stage",
+    "batch_seconds": "whole batch in the sink",
+    "committed_at": "Unix time (s) the commit returned",
+    "timestamp_min_ms": "oldest Kafka record timestamp of the batch (null if none)",
+    "timestamp_max_ms": "newest Kafka record timestamp of the batch (null if none)",
+    "freshness_oldest_seconds": "committed_at minus timestamp_min_ms (null unless committed)",
+    "freshness_newest_seconds": "committed_at minus timestamp_max_ms (null unless committed)",
+    "ranges": "[{topic, partition, start, end}] offsets the batch covered, end exclusive",
+    "lag": "[{topic, partition, records}] after the commit (null if not measured)",
+    "lag_records": "sum of lag (null if not measured)",
+    "index_keys": "keys in the primary-key index (null for append tables)",
+    "index_bytes": "resident bytes of the index (null for append tables)",
+    "error": "the commit's error, type and message (failed batches only)",
+}
+
+_CONFLICTS = (CommitConflictError, RetriesExhaustedError, StaleWriterError)
+
+
+class SinkMetrics:
+    """Figures of one sink (one table, one writer id). ``lag``: a ``LagProbe`` for the
+    source's partitions (None: no lag figures). ``log_batches``: emit the JSON line."""
+
+    def __init__(
+        self,
+        table: str,
+        writer_id: str,
+        *,
+        registry: Registry | None = None,
+        lag: LagProbe | None = None,
+        log_batches: bool = True,
+    ) -> None:
+        self.registry = registry or Registry()
+        self.labels = {"table": table, "writer_id": writer_id}
+        self.lag = lag
+        self.log_batches = log_batches
+        self.families: dict[str, Any] = {}
+        buckets = {
+            "calving_commit_duration_seconds": COMMIT_BUCKETS,
+            "calving_batch_duration_seconds": BATCH_BUCKETS,
+            "calving_freshness_seconds": FRESHNESS_BUCKETS,
+        }
+        for name, (kind, extra, help_text) in METRICS.items():
+            labels = _BASE + extra
+            family: Counter | Gauge | Histogram
+            if kind == "counter":
+                family = Counter(name, help_text, labels)
+            elif kind == "gauge":
+                family = Gauge(name, help_text, labels)
+            else:
+                family = Histogram(name, help_text, labels, buckets[name])
+            self.families[name] = self.registry.register(family)
+        for name, (kind, extra, _) in METRICS.items():
+            if kind == "counter" and not extra:
+                self.families[name].touch(**self.labels)
+        self._lagging: set[tuple[str, str]] = set()
+        self.server: MetricsServer | None = None
+
+    def serve(self, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
+        """Start the ``/metrics`` endpoint for this registry (once)."""
+        if self.server is None:
+            self.server = MetricsServer(self.registry, host, port)
+        return self.server
+
+    def close(self) -> None:
+        """Stop the endpoint, if started, and drop the broker client."""
+        self.lag = None
+        if self.server is not None:
+            self.server.close()
+            self.server = None
+
+    # ------------------------------------------------------------ hooks
+
+    def batch_done(
+        self,
+        sink: CalvingSink,
+        parsed: ParsedMessages,
+        stats: BatchStats,
+        started: float,
+        commit_started: float,
+    ) -> dict[str, Any]:
+        """After ``commit_batch`` returned; ``started`` / ``commit_started`` are
+        ``time.monotonic()`` readings. Returns the logged record."""
+        now, committed_at = time.monotonic(), time.time()
+        attempts = int(getattr(stats, "commit_attempts", 0) or 0)
+        record = self._base_record(stats.batch_id, stats.outcome, now - started)
+        record.update(
+            records=stats.records,
+            dead_letters=stats.dead_letters,
+            rows_written=stats.added_rows,
+            rows_deleted=stats.deleted_rows,
+            data_files=stats.added_files,
+            dv_files=stats.dv_files,
+            snapshot_id=stats.snapshot_id,
+            commit_attempts=attempts,
+            retries=max(0, attempts - 1),
+            conflicts=max(0, attempts - 1),
+            commit_seconds=now - commit_started,
+            committed_at=committed_at,
+            timestamp_min_ms=getattr(parsed, "timestamp_min_ms", None),
+            timestamp_max_ms=getattr(parsed, "timestamp_max_ms", None),
+            ranges=[
+                {"topic": t, "partition": p, "start": r.start, "end": r.end}
+                for (t, p), r in sorted(stats.ranges.items())
+            ],
+        )
+        if stats.outcome == "committed":
+            for bound in ("min", "max"):
+                ts = record[f"timestamp_{bound}_ms"]
+                age = None if ts is None else committed_at - ts / 1000
+                record[
+                    "freshness_oldest_seconds" if bound == "min" else "freshness_newest_seconds"
+                ] = age
+        self._measure_table(sink, record)
+        self._update(record)
+        self._emit(record)
+        return record
+
+    def batch_failed(
+        self, sink: CalvingSink, batch_id: int, error: BaseException, started: float
+    ) -> dict[str, Any]:
+        """The commit of ``batch_id`` raised ``error`` (the sink re-raises it)."""
+        record = self._base_record(batch_id, "failed", time.monotonic() - started)
+        record["conflicts"] = 1 if isinstance(error, _CONFLICTS) else 0
+        record["error"] = f"{type(error).__name__}: {error}"
+        self._update(record)
+        self._emit(record)
+        return record
+
+    # ------------------------------------------------------------ stages
+
+    def _base_record(self, batch_id: int, outcome: str, seconds: float) -> dict[str, Any]:
+        record: dict[str, Any] = {"event": "batch", **self.labels}
+        record.update(batch_id=batch_id, outcome=outcome, batch_seconds=seconds)
+        for name in LOG_FIELDS:
+            record.setdefault(name, None)
+        for name in ("records", "dead_letters", "rows_written", "rows_deleted", "retries"):
+            record[name] = 0
+        for name in ("data_files", "dv_files", "commit_attempts", "conflicts"):
+            record[name] = 0
+        record["ranges"] = []
+        return record
+
+    def _measure_table(self, sink: CalvingSink, record: dict[str, Any]) -> None:
+        """Lag from the ledger the table now holds; index size of keyed tables."""
+        metadata = sink.table.metadata
+        if self.lag is not None:
+            lag = self.lag.lag(read_ledger(metadata, sink.writer_id))
+            if lag is not None:
+                record["lag"] = [
+                    {"topic": t, "partition": p, "records": n} for (t, p), n in sorted(lag.items())
+                ]
+                record["lag_records"] = sum(lag.values())
+        index = sink.coordinator.index
+        if index is not None:
+            record["index_bytes"] = index.nbytes
+            record["index_keys"] = _live_rows(metadata.current_snapshot)
+
+    def _update(self, record: Mapping[str, Any]) -> None:
+        f, labels = self.families, self.labels
+        f["calving_batches_total"].inc(1, outcome=record["outcome"], **labels)
+        counted = {
+            "calving_records_total": "records",
+            "calving_dead_letters_total": "dead_letters",
+            "calving_rows_written_total": "rows_written",
+            "calving_rows_deleted_total": "rows_deleted",
+            "calving_commit_retries_total": "retries",
+            "calving_commit_conflicts_total": "conflicts",
+        }
+        for name, field_name in counted.items():
+            f[name].inc(record[field_name], **labels)
+        f["calving_batch_duration_seconds"].observe(record["batch_seconds"], **labels)
+        if record["outcome"] == "failed":
+            return
+        f["calving_commit_duration_seconds"].observe(record["commit_seconds"], **labels)
+        if record["outcome"] == "committed":
+            f["calving_commits_total"].inc(1, **labels)
+            f["calving_last_commit_timestamp_seconds"].set(record["committed_at"], **labels)
+            if record["freshness_oldest_seconds"] is not None:
+                f["calving_freshness_seconds"].observe(record["freshness_oldest_seconds"], **labels)
+                f["calving_freshness_oldest_seconds"].set(
+                    record["freshness_oldest_seconds"], **labels
+                )
+                f["calving_freshness_newest_seconds"].set(
+                    record["freshness_newest_seconds"], **labels
+                )
+        self._update_gauges(record)
+
+    def _update_gauges(self, record: Mapping[str, Any]) -> None:
+        f, labels = self.families, self.labels
+        if record["lag"] is not None:
+            lagging = set()
+            for entry in record["lag"]:
+                tp = (entry["topic"], str(entry["partition"]))
+                lagging.add(tp)
+                f["calving_kafka_lag_records"].set(
+                    entry["records"], topic=tp[0], partition=tp[1], **labels
+                )
+            for topic, partition in self._lagging - lagging:  # partitions gone
+                f["calving_kafka_lag_records"].remove(topic=topic, partition=partition, **labels)
+            self._lagging = lagging
+        if record["index_keys"] is not None:
+            f["calving_index_keys"].set(record["index_keys"], **labels)
+        if record["index_bytes"] is not None:
+            f["calving_index_bytes"].set(record["index_bytes"], **labels)
+
+    def _emit(self, record: Mapping[str, Any]) -> None:
+        if self.log_batches and log.isEnabledFor(logging.INFO):
+            log.info("%s", json.dumps(record, separators=(",", ":")))
+
+
+def _live_rows(snapshot: Any) -> int | None:
+    """Live rows of a snapshot from its summary totals (records minus position deletes):
+    in a keyed table calving writes, one per live key. Counting the index itself would
+    force it to compact (O(keys)) every batch."""
+    if snapshot is None:
+        return 0
+    summary = snapshot.summary
+    try:
+        return int(summary["total-records"]) - int(summary.get("total-position-deletes", 0))
+    except (KeyError, ValueError):
+        return None
+
+
+__all__ = [
+    "BATCH_BUCKETS",
+    "COMMIT_BUCKETS",
+    "FRESHNESS_BUCKETS",
+    "LOG_FIELDS",
+    "METRICS",
+    "SinkMetrics",
+]

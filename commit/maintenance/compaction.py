@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from pyroaring import BitMap64
 
@@ -36,11 +37,43 @@ from calving.commit.table.table import Table
 
 log = logging.getLogger("calving.maintenance")
 
-#: (group, its inputs with the DV positions seen at planning) -> (new files, position map)
-RewriteFn = Callable[
-    [TableMetadata, RewriteGroup, Sequence[tuple[DataFile, BitMap64]]],
-    tuple[tuple[DataFile, ...], pm.PositionMap],
-]
+#: A group's inputs: each file with the DV positions seen when the group was planned.
+Inputs = Sequence[tuple[DataFile, BitMap64]]
+#: The rewritten group: the new files and where each old row went.
+Rewritten = tuple[tuple[DataFile, ...], pm.PositionMap]
+#: (group, its inputs) -> (new files, position map); one group at a time.
+RewriteFn = Callable[[TableMetadata, RewriteGroup, Inputs], Rewritten]
+
+
+@runtime_checkable
+class Rewriter(Protocol):
+    """Rewrites several groups at once (e.g. one Spark task each); a group that failed
+    is its error in the result, so the others still commit."""
+
+    parallelism: int
+
+    def rewrite_many(
+        self, metadata: TableMetadata, jobs: Sequence[tuple[RewriteGroup, Inputs]]
+    ) -> list[Rewritten | CalvingError]: ...
+
+
+@dataclass
+class OneByOne:
+    """A ``Rewriter`` over a ``RewriteFn`` (groups in turn, in this process)."""
+
+    fn: RewriteFn
+    parallelism: int = 1
+
+    def rewrite_many(
+        self, metadata: TableMetadata, jobs: Sequence[tuple[RewriteGroup, Inputs]]
+    ) -> list[Rewritten | CalvingError]:
+        out: list[Rewritten | CalvingError] = []
+        for group, inputs in jobs:
+            try:
+                out.append(self.fn(metadata, group, inputs))
+            except CalvingError as err:
+                out.append(err)
+        return out
 
 
 @dataclass
@@ -48,6 +81,7 @@ class CompactionReport:
     groups_planned: int = 0
     groups_committed: int = 0
     groups_failed: list[str] = field(default_factory=list)
+    groups_left: int = 0  # not started: the time budget ran out
     files_before: int = 0
     bytes_before: int = 0
     files_after: int = 0
@@ -58,10 +92,18 @@ class CompactionReport:
 
 
 def compact(
-    table: Table, policy: CompactionPolicy, rewrite: RewriteFn, *, dry_run: bool = False
+    table: Table,
+    policy: CompactionPolicy,
+    rewrite: RewriteFn | Rewriter,
+    *,
+    dry_run: bool = False,
+    deadline: float | None = None,
 ) -> CompactionReport:
-    """Plan on the current snapshot and rewrite every group (one commit each)."""
+    """Plan on the current snapshot and rewrite every group (one commit each), in
+    batches of the rewriter's parallelism; no batch starts after ``deadline``
+    (``time.monotonic()``)."""
     started = time.monotonic()
+    rewriter = rewrite if isinstance(rewrite, Rewriter) else OneByOne(rewrite)
     metadata = table.metadata
     live = scan.live_files(table.io, metadata, metadata.current_snapshot)
     dv_rows = {p: e.data_file.record_count for p, e in live.dvs.items()}
@@ -71,30 +113,45 @@ def compact(
         report.files_before = sum(len(g.files) for g in groups)
         report.bytes_before = sum(g.input_bytes for g in groups)
         return report
-    for group in groups:
-        try:
-            _compact_group(table, live, group, rewrite, report)
-        except CalvingError as err:
-            log.warning("compaction group %s failed: %s", group.paths[:3], err)
-            report.groups_failed.append(f"{type(err).__name__}: {err}")
+    step = max(1, rewriter.parallelism)
+    for start in range(0, len(groups), step):
+        if deadline is not None and time.monotonic() > deadline:
+            report.groups_left = len(groups) - start
+            break
+        batch = groups[start : start + step]
+        jobs = [(g, _inputs(table.io, live, g)) for g in batch]
+        results = rewriter.rewrite_many(table.metadata, jobs)
+        for (group, inputs), result in zip(jobs, results):
+            try:
+                if isinstance(result, CalvingError):
+                    raise result
+                _commit_group(table, group, inputs, result, report)
+            except CalvingError as err:
+                log.warning("compaction group %s failed: %s", group.paths[:3], err)
+                report.groups_failed.append(f"{type(err).__name__}: {err}")
     report.seconds = time.monotonic() - started
     return report
 
 
-def _compact_group(
+def _inputs(io: FileIO, live: scan.LiveFiles, group: RewriteGroup) -> Inputs:
+    return [(c.data_file, live.positions_deleted(io, c.data_file.file_path)) for c in group.files]
+
+
+def _commit_group(
     table: Table,
-    live: scan.LiveFiles,
     group: RewriteGroup,
-    rewrite: RewriteFn,
+    inputs: Inputs,
+    rewritten: Rewritten,
     report: CompactionReport,
 ) -> None:
-    inputs = [
-        (c.data_file, live.positions_deleted(table.io, c.data_file.file_path)) for c in group.files
-    ]
-    added, pmap = rewrite(table.metadata, group, inputs)
+    added, pmap = rewritten
     map_location = f"{table.metadata.location.rstrip('/')}/metadata/rewrite-{uuid.uuid4().hex}.pmap"
     written = [f.file_path for f in added] + [map_location]
-    table.io.write(map_location, pm.serialize(pmap))
+    try:
+        table.io.write(map_location, pm.serialize(pmap))
+    except CalvingError:
+        _delete_quietly(table.io, written)
+        raise
     action = RewriteFiles(
         removed=group.paths,
         added=added,

@@ -57,10 +57,15 @@ def referenced_files(io: FileIO, metadata: TableMetadata, metadata_location: str
         if extra:
             out.add(extra)
     out.update(scan.files_reached(io, metadata, metadata.snapshots))
-    return {_canonical(loc) for loc in out}
+    return {canonical(loc) for loc in out}
 
 
-def _canonical(location: str) -> str:
+def is_catalog_version_file(location: str) -> bool:
+    """The filesystem catalog's ``v<N>.metadata.json`` / ``version-hint.text``."""
+    return _FILESYSTEM_CATALOG_FILE.search(location) is not None
+
+
+def canonical(location: str) -> str:
     """One form per file: local paths normalized (``a//b`` is ``a/b`` there); object
     store keys are literal (``a//b`` and ``a/b`` are different keys)."""
     if scheme_of(location) == LOCAL_SCHEME:
@@ -82,8 +87,8 @@ def find_orphans(
     referenced = referenced_files(io, metadata, metadata_location)
     prefix = metadata.location.rstrip("/") + "/"
     listed = io.list_files(prefix)
-    found = {_canonical(f.location) for f in listed}
-    inside = _canonical(prefix)
+    found = {canonical(f.location) for f in listed}
+    inside = canonical(prefix)
     unseen = sorted(r for r in referenced if r.startswith(inside) and r not in found)
     if unseen:
         # A referenced file the listing does not show: either it is gone (the table is
@@ -95,7 +100,7 @@ def find_orphans(
         )
     report = OrphanReport(listed=len(listed), referenced=len(referenced))
     for f in listed:
-        if _canonical(f.location) in referenced or _FILESYSTEM_CATALOG_FILE.search(f.location):
+        if canonical(f.location) in referenced or is_catalog_version_file(f.location):
             continue
         if f.modified_ms >= cutoff:
             report.too_young += 1

@@ -7,7 +7,7 @@ no retained snapshot reaches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
@@ -21,6 +21,8 @@ class ExpireSnapshots:
     older_than_ms: int | None = None  # None: expire everything not retained
     retain_last: int = 1
     delete_files: bool = True
+    #: Filled by ``after_commit``: the files it deleted.
+    deleted: list[str] = field(default_factory=list, compare=False)
 
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         keep: set[int] = set()
@@ -51,3 +53,4 @@ class ExpireSnapshots:
         candidates.update(s.statistics_path for s in before.statistics if s.snapshot_id in gone_ids)
         for location in sorted(candidates - reachable):
             io.delete(location)
+            self.deleted.append(location)

@@ -1,0 +1,58 @@
+"""What one maintenance pass does, as a value: compaction thresholds, snapshot
+retention, orphan safety age and which jobs run. Pure; the ``[maintenance]`` config
+section builds one (``calving.ingest.config.maintenance``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from calving.commit.errors import ConfigError
+from calving.commit.maintenance.compaction_plan import CompactionPolicy
+
+#: Every job a pass can run, in the order it runs them.
+JOBS = ("compact", "rewrite-manifests", "statistics", "expire-snapshots", "remove-orphans")
+
+MINUTE_MS = 60 * 1000
+DEFAULT_RETAIN_LAST = 10
+DEFAULT_MAX_SNAPSHOT_AGE_MS = 30 * MINUTE_MS
+DEFAULT_ORPHAN_SAFETY_AGE_MS = 3 * 24 * 60 * MINUTE_MS
+#: Below this, a commit in flight could still be writing the files judged orphans.
+MIN_ORPHAN_SAFETY_AGE_MS = 60 * MINUTE_MS
+#: An unreferenced metadata file that left the metadata log is deleted by the expiry
+#: job only when it is also older than this (a commit in flight writes a young one).
+METADATA_FILE_MIN_AGE_MS = 10 * MINUTE_MS
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    compaction: CompactionPolicy = field(default_factory=CompactionPolicy)
+    #: Snapshots kept by count: the newest ``retain_last`` ancestors of the current one.
+    retain_last: int = DEFAULT_RETAIN_LAST
+    #: ...and every snapshot younger than this.
+    max_snapshot_age_ms: int = DEFAULT_MAX_SNAPSHOT_AGE_MS
+    orphan_safety_age_ms: int = DEFAULT_ORPHAN_SAFETY_AGE_MS
+    #: Merge manifests toward this size (``commit.manifest.target-size-bytes`` is set to
+    #: it when it differs); None keeps the table's property.
+    manifest_target_bytes: int | None = None
+    jobs: tuple[str, ...] = JOBS
+
+    def __post_init__(self) -> None:
+        if self.retain_last < 1:
+            raise ConfigError(
+                f"retain_last must be at least 1, got {self.retain_last}: "
+                "0 would expire the current snapshot"
+            )
+        if self.max_snapshot_age_ms < 0:
+            raise ConfigError(f"max_snapshot_age must not be negative: {self.max_snapshot_age_ms}")
+        if self.orphan_safety_age_ms < MIN_ORPHAN_SAFETY_AGE_MS:
+            raise ConfigError(
+                f"orphan_safety_age must be at least 1 hour, got {self.orphan_safety_age_ms} ms: "
+                "younger files may belong to a commit in flight"
+            )
+        if self.manifest_target_bytes is not None and self.manifest_target_bytes <= 0:
+            raise ConfigError(
+                f"manifest_target_bytes must be positive, got {self.manifest_target_bytes}"
+            )
+        unknown = [j for j in self.jobs if j not in JOBS]
+        if unknown:
+            raise ConfigError(f"unknown maintenance job {unknown[0]!r}; known: {', '.join(JOBS)}")

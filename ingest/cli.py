@@ -2,6 +2,7 @@
 
     calving demo [--events N] [--warehouse DIR] ...   the embedded default, end to end
     calving run CONFIG.toml [--available-now]          one pipeline from a TOML config
+    calving maintain CONFIG.toml [--once | --every DURATION] [--dry-run] [--local]
     calving table show NAME (--config F | --catalog URI)
     calving table set-property NAME KEY VALUE / unset-property NAME KEY (same options)
 
@@ -64,6 +65,18 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--available-now", action="store_true",
                      help="commit everything available now, then stop")  # fmt: skip
 
+    maintain = sub.add_parser(
+        "maintain", help="compact, expire, remove orphans: the table of a pipeline config"
+    )
+    maintain.add_argument("config", type=Path)
+    when = maintain.add_mutually_exclusive_group()
+    when.add_argument("--once", action="store_true", help="one pass, then exit (the default)")
+    when.add_argument("--every", type=_duration, metavar="DURATION",
+                      help='a pass every DURATION ("10 minutes") until SIGTERM or Ctrl-C')  # fmt: skip
+    maintain.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
+    maintain.add_argument("--local", action="store_true",
+                          help="rewrite in this process, without Spark")  # fmt: skip
+
     table = sub.add_parser("table", help="inspect tables")
     table_sub = table.add_subparsers(dest="table_command", required=True)
     show = table_sub.add_parser("show", help="snapshots, files, DVs, ledger")
@@ -87,6 +100,20 @@ def _positive(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> float:
+    from calving.ingest.config.runtime import interval_seconds
+
+    try:
+        seconds = interval_seconds(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f'expected a duration such as "30 seconds" or "10 minutes", got {text!r}'
+        ) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive duration, got {text!r}")
+    return seconds
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -105,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
             return _demo(args)
         if args.command == "run":
             return _run(args, secrets)
+        if args.command == "maintain":
+            return _maintain(args, secrets)
         if args.table_command in ("set-property", "unset-property"):
             from calving.ingest.table_admin import main as table_admin
 
@@ -210,6 +239,48 @@ def _run_pipeline(
         last = pipeline.last_batch_id
         where = f"after batch {last}" if last is not None else "before any batch"
         print(f"calving: stopped on SIGTERM {where}", file=sys.stderr)
+
+
+def _maintain(args: argparse.Namespace, secrets: Secrets) -> int:
+    """SIGTERM or Ctrl-C stops ``--every`` between passes (exit 0, or 1 when the last
+    pass had a failed job)."""
+    from calving.ingest.config.loader import load_config
+    from calving.ingest.config.preflight import validate_before_create
+    from calving.ingest.maintain import run_command
+    from calving.ingest.pipeline import spark_session
+
+    logging.getLogger("calving").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
+    secrets.add_config_file(args.config)
+    config = load_config(args.config)
+    validate_before_create(config)
+    stop = threading.Event()
+    handlers = {
+        sig: signal.signal(sig, lambda _signum, _frame: stop.set())
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        return run_command(
+            config,
+            every_s=args.every,
+            dry_run=args.dry_run,
+            local=args.local,
+            stop=stop,
+            spark_factory=lambda: _maintain_session(spark_session(config.spark), args, stop),
+            out=lambda line: print(line, flush=True),
+        )
+    finally:
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
+
+
+def _maintain_session(spark: Any, args: argparse.Namespace, stop: threading.Event) -> Any:
+    from calving.ingest.pipeline import quiet_query_errors
+
+    # The new session replaced the SIGINT handler with pyspark's: put ours back.
+    signal.signal(signal.SIGINT, lambda _signum, _frame: stop.set())
+    if not args.verbose:
+        quiet_query_errors(spark)
+    return spark
 
 
 def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
@@ -33,6 +33,9 @@ from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
 from calving.ingest.metrics import metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
+
+if TYPE_CHECKING:
+    from calving.ingest.maintain import Maintainer
 
 log = logging.getLogger("calving.pipeline")
 
@@ -136,6 +139,8 @@ class Pipeline:
     stop_requested: threading.Event = field(default_factory=threading.Event)
     #: The id of the last batch this process committed (None: none yet).
     last_batch_id: int | None = None
+    #: Inline maintenance (``[maintenance] inline = true``): a pass after a batch.
+    maintainer: Maintainer | None = None
 
     def source_frame(self) -> Any:
         """The streaming DataFrame of the configured Kafka source, never reading below
@@ -176,6 +181,8 @@ class Pipeline:
             raise _StopRequested(f"stop requested before batch {batch_id}")
         self.sink(df, batch_id)
         self.last_batch_id = batch_id
+        if self.maintainer is not None:
+            self.maintainer.after_batch()
 
     def run(self, available_now: bool = False, timeout: float | None = None) -> None:
         """Run until the query ends (``available_now``: everything available is
@@ -218,7 +225,13 @@ def build_pipeline(
     """Open the catalog, create or check the table and the dead-letter table, and build
     the sink. A new table with ``infer_schema`` samples the topic first."""
     sink = build_sink(config, on_batch=on_batch)
-    return Pipeline(config, spark or spark_session(config.spark), sink.table, sink)
+    session = spark or spark_session(config.spark)
+    maintainer = None
+    if config.maintenance.inline:
+        from calving.ingest.maintain import build_maintainer
+
+        maintainer = build_maintainer(config, session)
+    return Pipeline(config, session, sink.table, sink, maintainer=maintainer)
 
 
 def build_sink(

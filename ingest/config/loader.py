@@ -11,6 +11,11 @@ from typing import Any
 from calving.commit.errors import ConfigError
 from calving.ingest.config.format import KEYS as FORMAT_KEYS
 from calving.ingest.config.format import FormatConfig, parse_format
+from calving.ingest.config.maintenance import (
+    MAINTENANCE_KEYS,
+    MaintenanceConfig,
+    parse_maintenance,
+)
 from calving.ingest.config.metrics import METRICS_KEYS, MetricsConfig, parse_metrics
 from calving.ingest.config.reader import Context, Section
 from calving.ingest.config.runtime import (
@@ -32,7 +37,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
     import tomli as tomllib
 
-SECTIONS = ("source", "format", "table", "sink", "spark", "metrics")
+SECTIONS = ("source", "format", "table", "sink", "spark", "metrics", "maintenance")
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,8 @@ class CalvingConfig:
     spark: SparkConfig
     #: ``[metrics]``: the Prometheus endpoint (off by default) and the per-batch log line.
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    #: ``[maintenance]``: ``calving maintain``'s policy and inline maintenance.
+    maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
     #: Where the config came from (a file path, or the name given to ``parse_config``).
     origin: str = "<config>"
     #: Masks values from ``${env:...}`` in messages of later stages (creating the table).
@@ -98,6 +105,7 @@ def _parse(resolved: dict[str, Any], origin: str, ctx: Context) -> CalvingConfig
     sink = root.table("sink", SINK_KEYS, required=True)
     spark = root.table("spark", SPARK_KEYS)
     metrics = root.table("metrics", METRICS_KEYS)
+    maintenance = root.table("maintenance", MAINTENANCE_KEYS)
     root.finish()
     assert source is not None and fmt is not None and table is not None and sink is not None
 
@@ -111,6 +119,7 @@ def _parse(resolved: dict[str, Any], origin: str, ctx: Context) -> CalvingConfig
         sink=parse_sink(sink, table_cfg.name),
         spark=parse_spark(spark),
         metrics=parse_metrics(metrics),
+        maintenance=parse_maintenance(maintenance),
         origin=origin,
         redact=ctx.redact,
     )

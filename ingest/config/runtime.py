@@ -27,7 +27,7 @@ SPARK_KEYS = ("master", "app_name", "conf")
 #: Below Kafka's default 1 MB message.max.bytes, with room for headers.
 DEFAULT_DEAD_LETTER_MAX_BYTES = 900_000
 _INTERVAL = re.compile(
-    r"^\s*(\d+(?:\.\d+)?)\s*(ms|millis|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?)\s*$",
+    r"^\s*(\d+(?:\.\d+)?)\s*(ms|millis|milliseconds?|s|secs?|seconds?|m|mins?|minutes?|h|hours?|d|days?)\s*$",
     re.IGNORECASE,
 )
 
@@ -89,6 +89,8 @@ def _interval_factor(unit: str) -> float:
         return 0.001
     if u.startswith("h"):
         return 3600.0
+    if u.startswith("d"):
+        return 86400.0
     if u.startswith("m"):
         return 60.0
     return 1.0

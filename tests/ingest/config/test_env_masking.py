@@ -12,6 +12,7 @@ import pytest
 from calving.commit.errors import ConfigError
 from calving.ingest.config.format import KEYS as FORMAT_KEYS
 from calving.ingest.config.loader import parse_config
+from calving.ingest.config.maintenance import MAINTENANCE_KEYS
 from calving.ingest.config.metrics import METRICS_KEYS
 from calving.ingest.config.preflight import validate_before_create
 from calving.ingest.config.runtime import SINK_KEYS, SPARK_KEYS
@@ -89,6 +90,23 @@ CASES = [
     ("metrics", {"host": "   "}, "metrics.host"),
     ("metrics", {"log_batches": S}, "metrics.log_batches"),
     ("metrics", {"lag": S}, "metrics.lag"),
+    ("maintenance", {"inline": S}, "maintenance.inline"),
+    ("maintenance", {"inline_interval": S}, "maintenance.inline_interval"),
+    ("maintenance", {"inline_budget": S}, "maintenance.inline_budget"),
+    ("maintenance", {"rewrite_on": S}, "maintenance.rewrite_on"),
+    ("maintenance", {"jobs": ["compact", S]}, "maintenance.jobs[1]"),
+    ("maintenance", {"target_file_size_bytes": S}, "maintenance.target_file_size_bytes"),
+    ("maintenance", {"min_input_files": S}, "maintenance.min_input_files"),
+    ("maintenance", {"delete_ratio": S}, "maintenance.delete_ratio"),
+    ("maintenance", {"max_group_bytes": S}, "maintenance.max_group_bytes"),
+    ("maintenance", {"snapshot_retention_count": S}, "maintenance.snapshot_retention_count"),
+    ("maintenance", {"snapshot_retention_age": S}, "maintenance.snapshot_retention_age"),
+    ("maintenance", {"orphan_safety_age": S}, "maintenance.orphan_safety_age"),
+    (
+        "maintenance",
+        {"manifest_target_size_bytes": S},
+        "maintenance.manifest_target_size_bytes",
+    ),
 ]
 
 
@@ -140,6 +158,7 @@ def test_every_string_key_is_covered():
         "sink": SINK_KEYS,
         "spark": SPARK_KEYS,
         "metrics": METRICS_KEYS,
+        "maintenance": MAINTENANCE_KEYS,
     }
     wanted = {f"{s}.{k}" for s, keys in sections.items() for k in keys}
     wanted |= {f"table.columns.{k}" for k in COLUMN_KEYS} - {"table.columns"}

@@ -30,7 +30,7 @@ CASES = [
         "unknown-section-no-hint",
         json_append,
         [("pipeline", {})],
-        ["pipeline: unknown key (known keys here: source, format, table, sink, spark, metrics)"],
+        ["pipeline: unknown key (known keys here: source, format, table, sink, spark, metrics, maintenance)"],
     ),
     # ------------------------------------------------------------------ [source]
     (

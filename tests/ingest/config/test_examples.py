@@ -11,6 +11,8 @@ from calving.commit.errors import ConfigError
 from calving.commit.spec.transforms import Transform, bucket
 from calving.ingest.config import load_config
 from calving.ingest.config.format import KEYS as FORMAT_KEYS
+from calving.ingest.config.maintenance import MAINTENANCE_KEYS
+from calving.ingest.config.metrics import METRICS_KEYS
 from calving.ingest.config.runtime import SINK_KEYS, SPARK_KEYS
 from calving.ingest.config.source import KEYS as SOURCE_KEYS
 from calving.ingest.config.table import COLUMN_KEYS
@@ -217,6 +219,8 @@ def test_readme_documents_every_key():
         "table.columns": COLUMN_KEYS,
         "sink": SINK_KEYS,
         "spark": SPARK_KEYS,
+        "metrics": METRICS_KEYS,
+        "maintenance": MAINTENANCE_KEYS,
     }
     for section, keys in sections.items():
         heading = f"## `[{section}]`" if section != "table.columns" else "## `[[table.columns]]`"

@@ -1,0 +1,117 @@
+"""Maintenance of a pipeline's table: ``calving maintain CONFIG.toml`` (a separate
+process, once or every DURATION) and inline passes in the stream's own driver.
+
+Both build a ``Maintainer`` from the pipeline's config: the table from its catalog, the
+``[maintenance]`` policy, and a rewriter (Spark executors, or this process). A pass is
+``calving.commit.maintenance.run.run_maintenance``; its report is printed one line per
+job. Inline passes never fail the stream: an error is logged and the next pass tries
+again.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from calving.commit.maintenance.compaction import OneByOne, Rewriter
+from calving.commit.maintenance.run import MaintenanceReport, run_maintenance
+from calving.commit.table.table import Table
+from calving.ingest.catalogs import file_io, open_catalog
+from calving.ingest.config.loader import CalvingConfig
+from calving.ingest.config.maintenance import MaintenanceConfig
+from calving.ingest.write.rewrite import local_rewrite
+from calving.ingest.write.rewrite_spark import SparkRewriter
+
+log = logging.getLogger("calving.maintenance")
+
+
+def rewriter_for(
+    config: MaintenanceConfig, table: Table, spark: Any | None, io_properties: dict[str, str]
+) -> Rewriter:
+    """Spark tasks when ``rewrite_on = "spark"`` and a session is given, else local."""
+    target = config.policy.compaction.target_file_bytes
+    if config.rewrite_on == "spark" and spark is not None:
+        return SparkRewriter(spark, io_properties, target)
+    return OneByOne(local_rewrite(table.io, target))
+
+
+@dataclass
+class Maintainer:
+    table: Table
+    config: MaintenanceConfig
+    rewriter: Rewriter
+    #: Passes run so far, and when the last one started (``time.monotonic()``).
+    passes: int = 0
+    last_started: float | None = None
+    reports: list[MaintenanceReport] = field(default_factory=list)
+    keep_reports: int = 10
+
+    def run_pass(
+        self, *, dry_run: bool = False, budget_s: float | None = None
+    ) -> MaintenanceReport:
+        self.last_started = time.monotonic()
+        deadline = None if budget_s is None else self.last_started + budget_s
+        report = run_maintenance(
+            self.table, self.config.policy, self.rewriter, dry_run=dry_run, deadline=deadline
+        )
+        self.passes += 1
+        self.reports = [*self.reports, report][-self.keep_reports :]
+        return report
+
+    def after_batch(self) -> MaintenanceReport | None:
+        """Inline: a pass within the budget when the interval has passed; never raises."""
+        now = time.monotonic()
+        if (
+            self.last_started is not None
+            and now - self.last_started < self.config.inline_interval_s
+        ):
+            return None
+        try:
+            report = self.run_pass(budget_s=self.config.inline_budget_s)
+        except Exception:  # inline maintenance must never fail the stream
+            log.warning("inline maintenance of %s failed", self.table.name, exc_info=True)
+            return None
+        for line in report.lines():
+            log.info("%s", line)
+        return report
+
+
+def build_maintainer(
+    config: CalvingConfig, spark: Any | None = None, *, local: bool = False
+) -> Maintainer:
+    """The pipeline's table (it must exist) and its ``[maintenance]`` policy."""
+    io = file_io(config.table)
+    table = Table.load(open_catalog(config.table, io), config.table.ident, io)
+    rewriter = rewriter_for(config.maintenance, table, None if local else spark, config.table.io)
+    return Maintainer(table, config.maintenance, rewriter)
+
+
+def run_command(
+    config: CalvingConfig,
+    *,
+    every_s: float | None,
+    dry_run: bool,
+    local: bool,
+    stop: threading.Event,
+    spark_factory: Callable[[], Any],
+    out: Callable[[str], None] = print,
+) -> int:
+    """``calving maintain``: one pass, or a pass every ``every_s`` seconds until
+    ``stop``. Exit status: 0, or 1 when the (last) pass had a failed job."""
+    local = local or config.maintenance.rewrite_on == "local"
+    maintainer = build_maintainer(config, None if local else spark_factory(), local=local)
+    ok = True
+    while not stop.is_set():
+        started = time.monotonic()
+        report = maintainer.run_pass(dry_run=dry_run)
+        for line in report.lines():
+            out(line)
+        ok = report.ok
+        if every_s is None:
+            break
+        stop.wait(max(0.0, started + every_s - time.monotonic()))
+    return 0 if ok else 1

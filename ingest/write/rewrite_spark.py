@@ -1,0 +1,124 @@
+"""Compaction groups rewritten on Spark executors: one task per group.
+
+The driver sends each task a ``RewriteTask`` (the table location, schema and data path,
+the group's partition and inputs with the DV positions seen at planning, the target
+size and the FileIO properties); the executor runs ``rewrite_group`` and returns a
+``RewriteTaskResult``: the new data files and the position map, or the one-line error
+that stopped it. Both are plain dataclasses pickled by Spark (one encoder, one decoder).
+A group whose task fails comes back as its error, so the other groups still commit; a
+failing Spark job (e.g. executors lost beyond ``spark.task.maxFailures``) fails its
+batch of groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyroaring import BitMap64
+
+from calving.commit.errors import CalvingError
+from calving.commit.io import FileIO
+from calving.commit.maintenance.compaction import Inputs, Rewritten
+from calving.commit.maintenance.compaction_plan import RewriteGroup
+from calving.commit.spec import position_map as pm
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.schema import Schema
+from calving.commit.table.properties import TableProperties
+from calving.ingest.write.rewrite import RewriteInput, rewrite_group
+
+
+class RewriteTaskError(CalvingError):
+    """A rewrite task failed on an executor (its message names the cause)."""
+
+
+@dataclass(frozen=True)
+class RewriteTask:
+    location: str
+    data_path: str | None
+    schema: Schema
+    spec_id: int
+    partition: tuple[Any, ...]
+    inputs: tuple[tuple[DataFile, bytes], ...]  # (file, its DV positions serialized)
+    target_file_bytes: int
+    io_properties: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class RewriteTaskResult:
+    added: tuple[DataFile, ...] = ()
+    position_map: bytes = b""  # position_map.serialize
+    error: str | None = None
+
+
+def run_task(task: RewriteTask) -> RewriteTaskResult:
+    """The executor side."""
+    try:
+        out = rewrite_group(
+            FileIO(dict(task.io_properties)),
+            task.location,
+            task.schema,
+            [RewriteInput(f, BitMap64.deserialize(d)) for f, d in task.inputs],
+            task.target_file_bytes,
+            spec_id=task.spec_id,
+            partition=task.partition,
+            data_path=task.data_path,
+        )
+    except CalvingError as err:
+        return RewriteTaskResult(error=f"{type(err).__name__}: {err}")
+    return RewriteTaskResult(out.added, pm.serialize(out.position_map))
+
+
+@dataclass
+class SparkRewriter:
+    """A ``Rewriter`` (``calving.commit.maintenance.compaction``) on a Spark session."""
+
+    spark: Any
+    io_properties: Mapping[str, str]
+    target_file_bytes: int
+    parallelism: int = 0  # 0: the session's default parallelism
+
+    def __post_init__(self) -> None:
+        if self.parallelism <= 0:
+            self.parallelism = max(1, int(self.spark.sparkContext.defaultParallelism))
+
+    def tasks(
+        self, metadata: TableMetadata, jobs: Sequence[tuple[RewriteGroup, Inputs]]
+    ) -> list[RewriteTask]:
+        data_path = TableProperties(metadata.properties).write_data_path
+        return [
+            RewriteTask(
+                metadata.location,
+                data_path,
+                metadata.schema,
+                group.spec_id,
+                tuple(group.partition),
+                tuple((f, d.serialize()) for f, d in inputs),
+                self.target_file_bytes,
+                dict(self.io_properties),
+            )
+            for group, inputs in jobs
+        ]
+
+    def rewrite_many(
+        self, metadata: TableMetadata, jobs: Sequence[tuple[RewriteGroup, Inputs]]
+    ) -> list[Rewritten | CalvingError]:
+        tasks = self.tasks(metadata, jobs)
+        if not tasks:
+            return []
+        sc = self.spark.sparkContext
+        sc.setJobDescription(f"calving compaction: {len(tasks)} group(s)")
+        try:
+            results = sc.parallelize(tasks, len(tasks)).map(run_task).collect()
+        except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
+            first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            return [RewriteTaskError(f"Spark rewrite job failed: {first}") for _ in tasks]
+        return [_decoded(r) for r in results]
+
+
+def _decoded(result: RewriteTaskResult) -> Rewritten | CalvingError:
+    if result.error is not None:
+        return RewriteTaskError(result.error)
+    return result.added, pm.deserialize(result.position_map, "a rewrite task result")

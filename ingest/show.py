@@ -1,19 +1,32 @@
 """``calving table show``: a table's state in a readable layout (schema, partitioning,
-exactly-once ledgers, recent snapshots, live data files and deletion vectors)."""
+exactly-once ledgers, recent snapshots, live data files and deletion vectors, and the
+table's health: what says maintenance is due)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable, Sequence
 
+from calving.commit.errors import InvalidTablePropertyError
+from calving.commit.maintenance.compaction_plan import DEFAULT_TARGET_FILE_BYTES
+from calving.commit.maintenance.health import TableHealth, table_health
 from calving.commit.table.ledger import LEDGER_PREFIX, all_ledgers
+from calving.commit.table.properties import TARGET_FILE_SIZE_BYTES
 from calving.commit.table.table import Table
 from calving.ingest.config.type_strings import type_text
 
 
-def describe_table(table: Table, *, snapshots: int = 10, files: bool = False) -> str:
+def describe_table(
+    table: Table,
+    *,
+    snapshots: int = 10,
+    files: bool = False,
+    target_file_bytes: int | None = None,
+) -> str:
     """The whole report as text. ``snapshots`` = how many of the newest to list;
-    ``files`` lists every live data file with its DV."""
+    ``files`` lists every live data file with its DV; ``target_file_bytes`` sizes the
+    health figures (default: the table's ``write.target-file-size-bytes`` when set, else
+    compaction's default target)."""
     m = table.metadata
     current = m.current_snapshot
     out = [
@@ -119,7 +132,84 @@ def describe_table(table: Table, *, snapshots: int = 10, files: bool = False) ->
                 for path, e in sorted(live.data.items())
             ],
         )
+    target = target_file_bytes or default_target_file_bytes(table)
+    out += ["", *health_lines(table_health(table.io, m, table.metadata_location, target))]
     return "\n".join(out)
+
+
+def default_target_file_bytes(table: Table) -> int:
+    """The table's ``write.target-file-size-bytes`` when set (and valid), else the
+    compaction default."""
+    raw = table.metadata.properties.get(TARGET_FILE_SIZE_BYTES.name)
+    if raw is None:
+        return DEFAULT_TARGET_FILE_BYTES
+    try:
+        return TARGET_FILE_SIZE_BYTES.parse(raw)
+    except InvalidTablePropertyError:  # the properties section shows the bad value
+        return DEFAULT_TARGET_FILE_BYTES
+
+
+def health_lines(h: TableHealth, top: int = 10) -> list[str]:
+    """The health section: totals, the ``top`` partitions by file count, the reasons."""
+    out = [
+        (
+            f"health (target file size {h.target_file_bytes:,} bytes "
+            f"({_human(h.target_file_bytes)}); small files < {h.small_file_bytes:,} bytes)"
+        ),
+        (
+            f"  data files {h.data_files:,} in {len(h.partitions):,} partitions   "
+            f"small {h.small_files:,}   bytes {h.data_bytes:,}   rows {h.rows:,}   "
+            f"live rows {h.live_rows:,}"
+        ),
+        f"  DVs {h.dvs:,}   deleted rows {h.deleted_rows:,}   DV ratio {h.dv_ratio:.1%}",
+        (
+            f"  snapshots {h.snapshots:,}   manifests {h.manifests:,} "
+            f"({h.data_manifests:,} data, {h.delete_manifests:,} delete)"
+        ),
+        (
+            f"  metadata json {h.metadata_json_bytes:,} bytes   manifest list "
+            f"{h.manifest_list_bytes:,} bytes   manifests {h.manifest_bytes:,} bytes"
+        ),
+    ]
+    worst = h.worst_partition
+    if worst is not None:
+        verdict = "needs compaction" if worst.needs_compaction else "ok"
+        out.append(
+            f"  worst partition {worst.label}: {worst.data_files:,} files, budget "
+            f"{worst.file_budget:,} (ceil(live bytes / target) + 1): {verdict}"
+        )
+        out += [
+            "",
+            f"partitions by file count (top {min(top, len(h.partitions))} of {len(h.partitions)})",
+        ]
+        out += _table(
+            ("partition", "spec", "files", "small", "bytes", "rows", "DVs", "deleted", "budget"),
+            [
+                (
+                    p.label,
+                    str(p.spec_id),
+                    f"{p.data_files:,}",
+                    f"{p.small_files:,}",
+                    f"{p.data_bytes:,}",
+                    f"{p.rows:,}",
+                    f"{p.dvs:,}",
+                    f"{p.deleted_rows:,}",
+                    f"{p.file_budget:,}",
+                )
+                for p in h.partitions[:top]
+            ],
+        )
+    out += ["", "needs maintenance" if h.needs_maintenance else "no maintenance needed"]
+    out += [f"  - {reason}" for reason in h.needs_maintenance]
+    return out
+
+
+def _human(n: int) -> str:
+    """``n`` bytes in the largest binary unit that keeps it at least 1."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:,.1f} {unit}"
+    return f"{n} B"
 
 
 def _blob(dv: object) -> str:

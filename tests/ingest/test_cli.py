@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+from pyiceberg.table import StaticTable
 
 from calving.commit.catalog.sql import SqlCatalog
 from calving.commit.table.table import Table
@@ -81,6 +82,16 @@ def test_run_available_now_then_table_show(spark, broker, make_topic, tmp_path, 
     assert f"snapshots    {snapshots}" in shown
     assert f"deletion vectors {len(table.live_files().dvs)} " in shown
     assert "bucket[4](id)" in shown
+    # The health section: rows from the Parquet footers, live rows as the readers count them.
+    import pyarrow.parquet as pq
+
+    files = [
+        t.file.file_path
+        for t in StaticTable.from_metadata(table.metadata_location).scan().plan_files()
+    ]
+    rows = sum(pq.ParquetFile(p.removeprefix("file://")).metadata.num_rows for p in files)
+    assert f"rows {rows:,}   live rows {len(stream.expected):,}" in shown
+    assert f"DV ratio {(rows - len(stream.expected)) / rows:.1%}" in shown
 
 
 def test_config_errors_exit_2_naming_the_key(tmp_path, capsys):

@@ -293,10 +293,14 @@ def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
         from calving.ingest.config.loader import load_config
 
         secrets.add_config_file(args.config)
-        table_cfg = load_config(args.config).table
+        config = load_config(args.config)
+        table_cfg = config.table
+        # Health is judged against the pipeline's own [maintenance] target.
+        target = config.maintenance.policy.compaction.target_file_bytes
         io = file_io(table_cfg)
         catalog = open_catalog(table_cfg, io)
     else:
+        target = None
         uri = args.catalog or os.environ.get("CALVING_CATALOG")
         if not uri:
             raise ConfigError("--catalog: give a catalog URI, --config, or set CALVING_CATALOG")
@@ -312,7 +316,9 @@ def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
             else open_sql_catalog(args.catalog_name, uri, None, io, key="--catalog")
         )
     table = Table.load(catalog, parse_ident(args.name), io)
-    print(describe_table(table, snapshots=args.snapshots, files=args.files))
+    print(
+        describe_table(table, snapshots=args.snapshots, files=args.files, target_file_bytes=target)
+    )
     return 0
 
 

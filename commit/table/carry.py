@@ -7,6 +7,11 @@ entries is not carried: it records that snapshot's removals, which that snapshot
 list keeps (Iceberg Java drops them too). Once one kind (data / deletes) has more than
 ``commit.manifest.min-count-to-merge`` manifests, the small ones of each partition spec
 are bin-packed, oldest first, into ``commit.manifest.target-size-bytes`` manifests.
+
+An entry moved into a new manifest keeps the values it inherited from its old one:
+``scan.manifest_entries`` fills them (sequence numbers, and the v3 ``first_row_id`` of
+live data files), so they are written explicitly and the rows keep their ids although
+the new manifest has another (or no) ``first_row_id``.
 """
 
 from __future__ import annotations

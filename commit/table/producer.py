@@ -12,7 +12,8 @@ and returning plain values:
    without the dropped entries (``calving.commit.table.carry``);
 5. ``merge_manifests``: small manifests merged past
    ``commit.manifest.min-count-to-merge``, data then deletes;
-6. ``assign_row_ids``: v3 first-row-ids for data manifests that lack one;
+6. ``assign_row_ids``: v3 first-row-ids for data manifests holding files that lack
+   one (only new files: carried entries keep theirs);
 7. ``write_manifest_list``: staged with the rest, then the whole batch is written
    (``after-puffin``, ``after-manifests``, ``after-manifest-list`` are hit here);
 8. ``build_snapshot``: the snapshot and its summary (``calving.commit.table.summary``),
@@ -32,6 +33,7 @@ from dataclasses import dataclass, replace
 from pyroaring import BitMap64
 
 from calving.commit import faults
+from calving.commit.errors import FileNotFoundInTableError
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import (
     DataFile,
@@ -42,6 +44,7 @@ from calving.commit.spec.data_file import (
     ManifestFile,
 )
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.row_lineage import rows_to_assign
 from calving.commit.spec.snapshot import Snapshot
 from calving.commit.table import scan
 from calving.commit.table.attempt_files import AttemptFiles
@@ -168,15 +171,35 @@ class SnapshotProducer:
         return merge(self.files, carried, ManifestContent.DELETES)
 
     def assign_row_ids(self, manifests: list[ManifestFile]) -> RowIds:
+        """First row ids for the data manifests whose files need them on read (new files
+        have null ``first_row_id``); a manifest whose live files all carry one (carried,
+        merged or rewritten entries keep theirs) gets none, so the table's next row id
+        grows only by the rows of newly added files."""
         first = self.base.next_row_id or 0
         next_id = first
         out: list[ManifestFile] = []
         for mf in manifests:
             if mf.content == ManifestContent.DATA and mf.first_row_id is None:
-                mf = replace(mf, first_row_id=next_id)
-                next_id += mf.added_rows_count + mf.existing_rows_count
+                entries = self._entries(mf)
+                rows = rows_to_assign(entries)
+                if rows:
+                    mf = replace(mf, first_row_id=next_id)
+                    next_id += rows
+                    if mf.added_snapshot_id == self.snapshot_id:
+                        # The cache holds this attempt's entries read without the id: a
+                        # later commit carrying them must see the ids they inherit.
+                        scan.remember_written_manifest(mf, entries)
             out.append(mf)
         return RowIds(out, first, next_id - first)
+
+    def _entries(self, mf: ManifestFile) -> tuple[ManifestEntry, ...]:
+        try:
+            return scan.manifest_entries(self.io, self.base, mf)
+        except FileNotFoundInTableError:
+            if mf.added_snapshot_id != self.snapshot_id:
+                raise
+            self.files.flush()  # still staged and no longer cached: write it, read it
+            return scan.manifest_entries(self.io, self.base, mf)
 
     def write_manifest_list(self, row_ids: RowIds) -> str:
         """Stage the manifest list and write the attempt's whole batch of files.

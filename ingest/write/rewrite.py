@@ -272,7 +272,7 @@ def local_rewrite(io: FileIO, target_file_bytes: int) -> RewriteFn:
         key = (metadata.table_uuid, metadata.current_snapshot_id)
         if key not in seen:  # the groups of one pass share the planning snapshot
             seen.clear()
-            seen[key] = _data_sequence_numbers(io, metadata)
+            seen[key] = data_sequence_numbers(io, metadata)
         sequence_numbers = seen[key]
         out = rewrite_group(
             io,
@@ -301,7 +301,7 @@ def default_sort_order(metadata: TableMetadata) -> SortOrder:
     )
 
 
-def _data_sequence_numbers(io: FileIO, metadata: TableMetadata) -> dict[str, int]:
+def data_sequence_numbers(io: FileIO, metadata: TableMetadata) -> dict[str, int]:
     """Data sequence number of every live data file of the current snapshot, by path."""
     live = scan.live_files(io, metadata, metadata.current_snapshot)
     return {

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from typing import Any
 
 from pyroaring import BitMap64
@@ -25,9 +26,16 @@ from calving.commit.maintenance.compaction_plan import RewriteGroup
 from calving.commit.spec import position_map as pm
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.partition import PartitionSpec
 from calving.commit.spec.schema import Schema
+from calving.commit.spec.sort_order import UNSORTED, SortOrder
 from calving.commit.table.properties import TableProperties
-from calving.ingest.write.rewrite import RewriteInput, rewrite_group
+from calving.ingest.write.rewrite import (
+    RewriteInput,
+    data_sequence_numbers,
+    default_sort_order,
+    rewrite_group,
+)
 
 
 class RewriteTaskError(CalvingError):
@@ -44,6 +52,11 @@ class RewriteTask:
     inputs: tuple[tuple[DataFile, bytes], ...]  # (file, its DV positions serialized)
     target_file_bytes: int
     io_properties: Mapping[str, str]
+    # Layout and lineage (``calving.ingest.write.rewrite.rewrite_group``'s keywords).
+    partition_spec: PartitionSpec | None = None
+    sort_order: SortOrder = UNSORTED
+    row_lineage: bool = True
+    sequence_numbers: tuple[int | None, ...] = ()  # per input: its data sequence number
 
 
 @dataclass(frozen=True)
@@ -60,11 +73,17 @@ def run_task(task: RewriteTask) -> RewriteTaskResult:
             FileIO(dict(task.io_properties)),
             task.location,
             task.schema,
-            [RewriteInput(f, BitMap64.deserialize(d)) for f, d in task.inputs],
+            [
+                RewriteInput(f, BitMap64.deserialize(d), seq)
+                for (f, d), seq in zip_longest(task.inputs, task.sequence_numbers)
+            ],
             task.target_file_bytes,
             spec_id=task.spec_id,
             partition=task.partition,
             data_path=task.data_path,
+            partition_spec=task.partition_spec,
+            sort_order=task.sort_order,
+            row_lineage=task.row_lineage,
         )
     except CalvingError as err:
         return RewriteTaskResult(error=f"{type(err).__name__}: {err}")
@@ -88,6 +107,8 @@ class SparkRewriter:
         self, metadata: TableMetadata, jobs: Sequence[tuple[RewriteGroup, Inputs]]
     ) -> list[RewriteTask]:
         data_path = TableProperties(metadata.properties).write_data_path
+        seqs = data_sequence_numbers(FileIO(dict(self.io_properties)), metadata)
+        order = default_sort_order(metadata)
         return [
             RewriteTask(
                 metadata.location,
@@ -98,6 +119,10 @@ class SparkRewriter:
                 tuple((f, d.serialize()) for f, d in inputs),
                 self.target_file_bytes,
                 dict(self.io_properties),
+                metadata.spec_by_id(group.spec_id),
+                order,
+                metadata.format_version >= 3,
+                tuple(seqs.get(f.file_path) for f, _ in inputs),
             )
             for group, inputs in jobs
         ]

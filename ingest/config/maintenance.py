@@ -56,7 +56,7 @@ def parse_maintenance(s: Section | None) -> MaintenanceConfig:
     compaction = CompactionPolicy(
         target_file_bytes=target,
         min_input_files=_int(s, "min_input_files", DEFAULT_MIN_INPUT_FILES, 1),
-        delete_ratio=_ratio(s, "delete_ratio", DEFAULT_DELETE_RATIO),
+        delete_ratio=s.fraction("delete_ratio", DEFAULT_DELETE_RATIO),
         max_group_bytes=_int(s, "max_group_bytes", 10 * target, target),
     )
     jobs = s.string_list("jobs", what=f"a list of job names ({', '.join(JOBS)})")
@@ -97,22 +97,6 @@ def _retain_last(s: Section) -> int:
             "snapshot_retention_count", "must be at least 1: 0 would expire the current snapshot"
         )
     return value
-
-
-def _ratio(s: Section, name: str, default: float) -> float:
-    value = s.raw(name)
-    if value is None:
-        return default
-    if isinstance(value, str) and s.is_env(name):
-        try:
-            value = float(value.strip())
-        except ValueError:
-            s.wrong(name, "a number in (0, 1]", value)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        s.wrong(name, "a number in (0, 1]", value)
-    if not 0 < value <= 1:
-        s.fail(name, f"must be in (0, 1], got {s.shown(s.key(name), value)}")
-    return float(value)
 
 
 def _ms(s: Section, name: str, default: str, minimum_ms: int) -> int:

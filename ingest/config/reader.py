@@ -164,19 +164,36 @@ class Section:
             self.wrong(name, "true or false", value)
         return value
 
+    def _typed(self, name: str, parse: type[int | float], what: str) -> Any:
+        """The raw value as ``parse`` (an env string is parsed; a float key takes ints)."""
+        value = self.raw(name)
+        if value is None:
+            return None
+        if isinstance(value, str) and self.is_env(name):
+            try:
+                value = parse(value.strip())
+            except ValueError:
+                self.wrong(name, what, value)
+        kinds = (int, float) if parse is float else (int,)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            self.wrong(name, what, value)
+        return value
+
+    def fraction(self, name: str, default: float) -> float:
+        """A number in (0, 1]."""
+        value = self._typed(name, float, "a number in (0, 1]")
+        if value is None:
+            return default
+        if not 0 < value <= 1:
+            self.fail(name, f"must be in (0, 1], got {self.shown(self.key(name), value)}")
+        return float(value)
+
     def integer(
         self, name: str, default: int | None = None, *, minimum: int | None = None
     ) -> int | None:
-        value = self.raw(name)
+        value = self._typed(name, int, "an integer")
         if value is None:
             return default
-        if isinstance(value, str) and self.is_env(name):
-            try:
-                value = int(value.strip())
-            except ValueError:
-                self.wrong(name, "an integer", value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.wrong(name, "an integer", value)
         if minimum is not None and value < minimum:
             shown = self.shown(self.key(name), value)
             self.fail(name, f"must be at least {minimum}, got {shown}")

@@ -175,18 +175,11 @@ def rewrite_group(
     order = sort_indices(merged.rows, schema, sort_order)
     if order is not None:
         merged = merged.take(order)
-    live_rows = np.bincount(merged.old_file, minlength=len(inputs))
-    live_bytes = sum(
-        item.data_file.file_size_in_bytes * int(live_rows[i]) // max(item.data_file.record_count, 1)
-        for i, item in enumerate(inputs)
-    )
-    total = merged.rows.num_rows
-    files = max(1, -(-live_bytes // max(target_file_bytes, 1)))
-    per_file = max(1, -(-total // files))
+    per_file = _rows_per_file(inputs, merged, target_file_bytes)
     directory = _directory(table_location, data_path, partition_spec, schema, partition)
     written_schema = _with_lineage(schema) if row_lineage else schema
     added, new_file, new_pos = [], [], []
-    for k, start in enumerate(range(0, total, per_file)):
+    for k, start in enumerate(range(0, merged.rows.num_rows, per_file)):
         piece = merged.rows.slice(start, per_file)
         if row_lineage:
             piece = piece.append_column(
@@ -211,6 +204,18 @@ def rewrite_group(
         _cat(new_pos),
     )
     return RewriteOutput(tuple(added), pmap)
+
+
+def _rows_per_file(inputs: Sequence[RewriteInput], merged: _Rows, target_file_bytes: int) -> int:
+    """Rows per new file: ceil(live bytes / target) files, live bytes estimated from
+    each input's bytes per row."""
+    live_rows = np.bincount(merged.old_file, minlength=len(inputs))
+    live_bytes = sum(
+        item.data_file.file_size_in_bytes * int(live_rows[i]) // max(item.data_file.record_count, 1)
+        for i, item in enumerate(inputs)
+    )
+    files = max(1, -(-live_bytes // max(target_file_bytes, 1)))
+    return max(1, -(-merged.rows.num_rows // files))
 
 
 def _directory(

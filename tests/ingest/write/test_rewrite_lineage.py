@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pyroaring import BitMap64
 
 from calving.commit.maintenance.compaction import compact
@@ -106,8 +107,33 @@ def test_compaction_and_manifest_rewrite_keep_row_lineage(sqlite_catalog) -> Non
     assert all(after[r["id"]][0] >= next_row_id for r in new)  # type: ignore[operator]
     _check_readers(table, {**expected, **{r["id"]: r for r in new}})
 
+    # Compacting compacted files again reads the stored lineage columns.
+    report = compact(table, POLICY, local_rewrite(table.io, POLICY.target_file_bytes))
+    assert report.groups_committed == 1  # eu: the compacted file and the new one
+    assert lineage(table.metadata_location, "id") == after
 
-def test_compaction_sorts_by_the_sort_order_into_partition_directories(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+
+class _SparkTasksHere:
+    """The Spark rewriter's tasks, run in this process (no Spark session needed)."""
+
+    parallelism = 1
+
+    def rewrite_many(self, metadata: Any, jobs: Any) -> list[Any]:
+        from calving.commit.spec import position_map as pm
+        from calving.ingest.write.rewrite_spark import SparkRewriter, run_task
+
+        tasks = SparkRewriter(None, {}, POLICY.target_file_bytes, parallelism=1).tasks(
+            metadata, jobs
+        )
+        results = [run_task(t) for t in tasks]
+        assert [r.error for r in results] == [None] * len(results)
+        return [(r.added, pm.deserialize(r.position_map, "task")) for r in results]
+
+
+@pytest.mark.parametrize("where", ["local", "spark-tasks"])
+def test_compaction_sorts_by_the_sort_order_into_partition_directories(
+    sqlite_catalog: Any, where: str
+) -> None:
     # payload descending (nulls last), then id ascending: unlike the input order.
     order = SortOrder(1, (desc(4, Transform("truncate", 2)), asc(1)))
     table = _table(sqlite_catalog, "sorted", order)
@@ -115,7 +141,10 @@ def test_compaction_sorts_by_the_sort_order_into_partition_directories(sqlite_ca
     expected = _stream(table, 4, seen)
     before = lineage(table.metadata_location, "id")
 
-    report = compact(table, POLICY, local_rewrite(table.io, POLICY.target_file_bytes))
+    rewriter: Any = _SparkTasksHere()
+    if where == "local":
+        rewriter = local_rewrite(table.io, POLICY.target_file_bytes)
+    report = compact(table, POLICY, rewriter)
     assert report.groups_failed == [] and report.groups_committed == 2
     assert lineage(table.metadata_location, "id") == before
     _check_readers(table, expected)

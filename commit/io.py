@@ -19,12 +19,13 @@ the page cache never flushed.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import io
 import os
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
@@ -59,6 +60,19 @@ LOCAL_FSYNC = "calving.local.fsync"  # "false" skips fsync (tests, benchmarks on
 _SECRET_KEYS = frozenset({S3_SECRET_ACCESS_KEY, S3_SESSION_TOKEN})
 
 FileNotFound = FileNotFoundInTableError  # short alias
+
+#: Called, in this thread's context only, with the locations a write is about to create,
+#: before any byte is written: a maintenance run's journal records them
+#: (``calving.commit.maintenance.journal``). An error it raises fails the write.
+WRITE_LISTENER: contextvars.ContextVar[Callable[[Sequence[str]], None] | None] = (
+    contextvars.ContextVar("calving_write_listener", default=None)
+)
+
+
+def _announce(locations: Sequence[str]) -> None:
+    listener = WRITE_LISTENER.get()
+    if listener is not None:
+        listener(locations)
 
 
 class OutputStream(Protocol):
@@ -292,6 +306,7 @@ class FileIO:
     def write(self, location: str, data: bytes) -> None:
         """Write a whole file, replacing any file of that name. Callers use fresh unique
         names; use ``create_exclusive`` where a replaced file would be a lost commit."""
+        _announce((location,))
         fs, path = self.resolve(location)
         if fs is self._local:
             with _mapped(location, "write"):
@@ -305,6 +320,7 @@ class FileIO:
         fsyncs) on a shared thread pool; locally each directory is fsynced once, after
         all its files. Every file is durable when this returns; on an error some may
         exist (callers name them in their written list beforehand)."""
+        _announce([location for location, _ in files])
         if len(files) <= 1:
             for location, data in files:
                 self.write(location, data)
@@ -330,6 +346,7 @@ class FileIO:
         """A binary sink for a streaming write (e.g. ``pyarrow.parquet.ParquetWriter``);
         the file is complete (and, locally, fsynced) once the stream is closed. Errors
         raised while writing are plain ``OSError``s."""
+        _announce((location,))
         fs, path = self.resolve(location)
         with _mapped(location, "open for writing"):
             if fs is self._local:
@@ -354,6 +371,7 @@ class FileIO:
                 f"{location}: exclusive create is not available on object stores; "
                 "tables on object storage need a SQL catalog (SQLite or PostgreSQL)"
             )
+        _announce((location,))
         with _mapped(location, "create"):
             self._write_local(local_path(location), data, exclusive=True)
 

@@ -10,7 +10,14 @@ from calving.commit.errors import ConfigError
 from calving.commit.maintenance.compaction_plan import CompactionPolicy
 
 #: Every job a pass can run, in the order it runs them.
-JOBS = ("compact", "rewrite-manifests", "statistics", "expire-snapshots", "remove-orphans")
+JOBS = (
+    "leftovers",
+    "compact",
+    "rewrite-manifests",
+    "statistics",
+    "expire-snapshots",
+    "remove-orphans",
+)
 
 MINUTE_MS = 60 * 1000
 DEFAULT_RETAIN_LAST = 10

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from calving.commit.errors import CalvingError, UnsupportedFeatureError
 from calving.commit.io import FileIO
-from calving.commit.maintenance import compaction, orphans
+from calving.commit.maintenance import compaction, journal, orphans
 from calving.commit.maintenance.column_stats import collect_statistics
 from calving.commit.maintenance.policy import METADATA_FILE_MIN_AGE_MS, MaintenancePolicy
 from calving.commit.spec.data_file import FileContent, ManifestContent
@@ -120,30 +120,40 @@ def run_maintenance(
     check_maintainable(table.io, table.metadata)
     now = int(time.time() * 1000) if now_ms is None else now_ms
     report = MaintenanceReport(table.name, dry_run)
+    run_journal = journal.start_run(table, dry_run=dry_run)
+    own_run = run_journal.run_id if run_journal is not None else None
+    watched = journal.journaled(rewriter, run_journal)
     jobs: dict[str, Job] = {
-        "compact": lambda t, p, d, dl, n: _compact(t, p, rewriter, d, dl),
+        "leftovers": lambda t, p, d, dl, n: journal.clean_leftovers(
+            t, own_run=own_run, dry_run=d, now_ms=n
+        ).figures(d),
+        "compact": lambda t, p, d, dl, n: _compact(t, p, watched, d, dl),
         "rewrite-manifests": _rewrite_manifests,
         "statistics": _statistics,
         "expire-snapshots": _expire,
         "remove-orphans": _remove_orphans,
     }
-    for name in policy.jobs:
-        result = JobResult(name)
-        report.jobs.append(result)
-        if deadline is not None and time.monotonic() > deadline:
-            result.skipped = "time budget used up"
-            continue
-        started = time.monotonic()
-        try:
-            table.refresh()
-            result.figures = jobs[name](table, policy, dry_run, deadline, now)
-        except JobFailed as err:
-            log.warning("maintenance job %s on %s: %s", name, table.name, err)
-            result.figures, result.error = err.figures, str(err)
-        except CalvingError as err:
-            log.warning("maintenance job %s on %s failed: %s", name, table.name, err)
-            result.error = f"{type(err).__name__}: {err}"
-        result.seconds = time.monotonic() - started
+    try:
+        for name in policy.jobs:
+            result = JobResult(name)
+            report.jobs.append(result)
+            if deadline is not None and time.monotonic() > deadline:
+                result.skipped = "time budget used up"
+                continue
+            started = time.monotonic()
+            try:
+                table.refresh()
+                result.figures = jobs[name](table, policy, dry_run, deadline, now)
+            except JobFailed as err:
+                log.warning("maintenance job %s on %s: %s", name, table.name, err)
+                result.figures, result.error = err.figures, str(err)
+            except CalvingError as err:
+                log.warning("maintenance job %s on %s failed: %s", name, table.name, err)
+                result.error = f"{type(err).__name__}: {err}"
+            result.seconds = time.monotonic() - started
+    finally:
+        if run_journal is not None:
+            run_journal.finish(table)
     return report
 
 

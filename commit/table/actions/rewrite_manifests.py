@@ -1,7 +1,9 @@
 """Rewrite manifests (maintenance): one replace snapshot whose manifests hold the same
 live files, regrouped by partition and sized toward ``commit.manifest.target-size-bytes``.
 Streaming leaves one small manifest (or more) per commit; after this, planning a scan
-reads a number of manifests proportional to the table's size, not to its history."""
+reads a number of manifests proportional to the table's size, not to its history.
+Moved entries keep their ``first_row_id`` (written explicitly), so rows keep their
+``_row_id`` and the snapshot assigns no row ids (``added-rows`` 0)."""
 
 from __future__ import annotations
 

@@ -12,10 +12,11 @@ write, recorded (durably) before the write begins. Writes are seen through
 catalog's metadata files and a local rewriter's data files alike); files a rewriter
 wrote elsewhere (Spark executors) are recorded when the rewrite returns them.
 
-At its start a run judges every other journal: a run on this host is dead when its pid
-is gone, a zombie, or has another start time (or the machine rebooted); a run on
-another host when its journal was untouched for ``STALE_MS`` (a live run rewrites it
-every ``HEARTBEAT_S``). For a dead run the listed locations the current metadata does
+At its start a run judges every other journal: a run on this host (same host name, boot
+id and PID namespace) is dead when its pid is gone, a zombie, or has another start time;
+any other run (another host, a reboot ago, another container's PID namespace) when its
+journal was untouched for ``STALE_MS`` (a live run rewrites it every
+``HEARTBEAT_S``). For a dead run the listed locations the current metadata does
 not reference are deleted, then the journal. The filesystem catalog's version files are
 never deleted (see ``orphans``). A run that finishes judges its own journal the same
 way (its commits are over) and deletes it; if the catalog cannot be read then, the
@@ -38,7 +39,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calving.commit.errors import CalvingError, CorruptFileError, FileIOError
-from calving.commit.io import LOCAL_SCHEME, WRITE_LISTENER, FileIO, local_path, scheme_of
+from calving.commit.io import (
+    LOCAL_FSYNC,
+    LOCAL_SCHEME,
+    WRITE_LISTENER,
+    FileIO,
+    local_path,
+    scheme_of,
+)
 from calving.commit.maintenance import compaction
 from calving.commit.maintenance.compaction_plan import RewriteGroup
 from calving.commit.maintenance.orphans import canonical, is_catalog_version_file, referenced_files
@@ -68,12 +76,31 @@ class Owner:
     pid: int
     pid_start: int | None  # /proc/<pid>/stat start time (clock ticks after boot)
     boot_id: str | None
+    pid_ns: str | None = None  # the PID namespace its pid is in (containers)
 
     @staticmethod
     def current() -> Owner:
         pid = os.getpid()
         stat = _proc_stat(pid)
-        return Owner(socket.gethostname(), pid, stat[1] if stat else None, _boot_id())
+        return Owner(
+            socket.gethostname(), pid, stat[1] if stat else None, _boot_id(), _pid_namespace()
+        )
+
+    def sees(self, other: Owner) -> bool:
+        """Whether this process can look ``other``'s pid up: same host name, same boot
+        and same PID namespace (a host name alone may be shared: containers, clones)."""
+        return (
+            self.host == other.host
+            and self.boot_id == other.boot_id
+            and self.pid_ns == other.pid_ns
+        )
+
+
+def _pid_namespace() -> str | None:
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def _boot_id() -> str | None:
@@ -100,9 +127,6 @@ def _proc_stat(pid: int) -> tuple[str, int] | None:
 
 def process_alive(owner: Owner) -> bool:
     """Whether ``owner`` (a process on this host) still runs."""
-    me = Owner.current()
-    if owner.boot_id and me.boot_id and owner.boot_id != me.boot_id:
-        return False  # the machine rebooted since
     if os.path.isdir("/proc/self"):
         stat = _proc_stat(owner.pid)
         if stat is None or stat[0] in ("Z", "X"):
@@ -136,6 +160,7 @@ class JournalRecord:
             "pid": self.owner.pid,
             "pid-start": self.owner.pid_start,
             "boot-id": self.owner.boot_id,
+            "pid-ns": self.owner.pid_ns,
             "started-ms": self.started_ms,
             "updated-ms": self.updated_ms,
             "finished": self.finished,
@@ -148,7 +173,11 @@ class JournalRecord:
         try:
             obj = json.loads(data)
             owner = Owner(
-                str(obj["host"]), int(obj["pid"]), obj.get("pid-start"), obj.get("boot-id")
+                str(obj["host"]),
+                int(obj["pid"]),
+                obj.get("pid-start"),
+                obj.get("boot-id"),
+                obj.get("pid-ns"),
             )
             return JournalRecord(
                 str(obj["run-id"]),
@@ -177,18 +206,21 @@ def _store(io: FileIO, location: str, data: bytes) -> None:
     path = local_path(location)
     directory = os.path.dirname(path)
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    sync = io.properties.get(LOCAL_FSYNC, "true").lower() != "false"
     try:
         os.makedirs(directory, exist_ok=True)
         with open(tmp, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if sync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if sync:
+            fd = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
     except OSError as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -377,7 +409,7 @@ def is_dead(found: FoundJournal, now_ms: int, me: Owner | None = None) -> bool:
     if record.finished:
         return True
     me = me or Owner.current()
-    if record.owner.host == me.host:
+    if me.sees(record.owner):
         return not process_alive(record.owner)
     return now_ms - max(found.modified_ms, record.updated_ms) > STALE_MS
 

@@ -99,7 +99,8 @@ def test_a_file_is_not_written_when_its_journal_entry_cannot_be(
 def test_a_dead_runs_leftovers_are_deleted_and_nothing_else(any_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
     table, expected = _table(any_catalog, "leftovers")
     pid, start = _dead_pid()
-    owner = Owner(socket.gethostname(), pid, start, Owner.current().boot_id)
+    me = Owner.current()
+    owner = Owner(me.host, pid, start, me.boot_id, me.pid_ns)
     leftovers = [
         _stray(table, "data/region=eu/rewrite-x.parquet"),
         _stray(table, "metadata/m.avro"),
@@ -133,7 +134,13 @@ def test_live_runs_and_fresh_foreign_journals_are_left_alone(sqlite_catalog) -> 
     table, _ = _table(sqlite_catalog, "alive")
     me = Owner.current()
     mine = _stray(table, "data/in-flight.parquet")
-    live = _journal(table, "1-live", Owner(me.host, me.pid, me.pid_start, me.boot_id), [mine])
+    live = _journal(table, "1-live", me, [mine])
+    # Same host name, another PID namespace (a container): its pid means nothing here,
+    # so it is judged like another host's journal (fresh: alive), not by the dead pid.
+    pid, start = _dead_pid()
+    boxed = _stray(table, "data/boxed.parquet")
+    container = Owner(me.host, pid, start, me.boot_id, "pid:[1]")
+    other_ns = _journal(table, "4-container", container, [boxed])
     theirs = _stray(table, "data/theirs.parquet")
     foreign = _journal(table, "2-foreign", Owner("elsewhere", 1, 1, "b"), [theirs])
     stale = _stray(table, "data/stale.parquet")
@@ -149,15 +156,15 @@ def test_live_runs_and_fresh_foreign_journals_are_left_alone(sqlite_catalog) -> 
     dry = run_maintenance(table, LEFTOVERS_ONLY, local_rewrite(table.io, TARGET), dry_run=True)
     dry_job = dry.job("leftovers")
     assert dry_job is not None
-    assert dry_job.figures == {"dead_runs": 1, "live_runs": 2, "leftovers": 1}
+    assert dry_job.figures == {"dead_runs": 1, "live_runs": 3, "leftovers": 1}
     assert os.path.exists(_path(stale)) and os.path.exists(_path(old_foreign))
 
     report = run_maintenance(table, LEFTOVERS_ONLY, local_rewrite(table.io, TARGET))
     job = report.job("leftovers")
     assert job is not None
-    assert job.figures == {"dead_runs": 1, "live_runs": 2, "leftovers_deleted": 1}
+    assert job.figures == {"dead_runs": 1, "live_runs": 3, "leftovers_deleted": 1}
     assert not os.path.exists(_path(stale)) and not os.path.exists(_path(old_foreign))
-    for kept in (mine, live, theirs, foreign):
+    for kept in (mine, live, theirs, foreign, boxed, other_ns):
         assert os.path.exists(_path(kept)), kept
 
 

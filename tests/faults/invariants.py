@@ -362,6 +362,10 @@ def check_attempts(
                     f"snapshot {out.snapshot}, which is not in the table's history",
                 )
             explained.add(out.snapshot)
+        if a.invoke.snapshot is not None and a.status in ("cut", "unknown", "error"):
+            # The attempt named the snapshot id it would add before it started (a
+            # maintenance commit claims no offsets): it may have landed.
+            explained.add(a.invoke.snapshot)
         if a.claim is not None and a.status in ("ok", "cut", "unknown", "error"):
             c = a.claim
             may_have_landed.setdefault(

@@ -1,7 +1,8 @@
 """Deliberately broken builds, applied inside a writer subprocess only.
 
-The harness sets ``CALVING_FAULTS_MUTATION=<name>`` in a writer's environment; the
-writer (``tests.faults.writer``) patches the core before it commits anything. Nothing
+The harness sets ``CALVING_FAULTS_MUTATION=<name>`` in a writer's (or a maintenance
+process's) environment; the writer (``tests.faults.writer``, ``tests.faults.maintainer``)
+patches the core before it commits anything. Nothing
 in ``commit/`` reads this variable: a mutation exists only to show that the invariant
 checker catches the bug it plants.
 """
@@ -35,9 +36,41 @@ def _forget_dv() -> None:
     scan.LiveFiles.positions_deleted = positions_deleted  # type: ignore[method-assign]
 
 
+def _skip_carry_over() -> None:
+    """A rewrite commits without carrying the deletes its input files gained after it
+    read them onto the new files (and without the same-rows check that would notice):
+    rows the stream deleted meanwhile come back in the rewritten files."""
+    from calving.commit.errors import CommitConflictError
+    from calving.commit.io import FileIO
+    from calving.commit.spec.metadata import TableMetadata
+    from calving.commit.spec.position_map import SUMMARY_PROPERTY
+    from calving.commit.table import scan
+    from calving.commit.table.actions.base import Plan
+    from calving.commit.table.actions.rewrite_files import RewriteFiles
+    from calving.commit.table.changes import SnapshotChanges
+
+    def plan(self: RewriteFiles, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
+        live = scan.live_files(io, base, base.current_snapshot)
+        for path in self.removed:
+            if path not in live.data:
+                raise CommitConflictError(f"rewrite: {path} is no longer live")
+        summary = (
+            {SUMMARY_PROPERTY: self.position_map_location} if self.position_map_location else {}
+        )
+        return SnapshotChanges(
+            operation="replace",
+            added_data_files=self.added,
+            removed_data_files=self.removed,
+            summary=summary,
+        )
+
+    RewriteFiles.plan = plan  # type: ignore[method-assign]
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
     "skip-ledger": _skip_ledger,
     "forget-dv": _forget_dv,
+    "skip-carry-over": _skip_carry_over,
 }
 
 

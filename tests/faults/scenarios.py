@@ -489,5 +489,6 @@ register(
     )
 )
 
-# Streaming families (Spark drivers against the embedded broker) register themselves.
-from tests.faults import streaming  # noqa: F401
+# Streaming families (Spark drivers against the embedded broker) and maintenance passes
+# beside the writers (killed at commit points; the carry-over) register themselves.
+from tests.faults import maintenance, streaming  # noqa: F401

@@ -1,8 +1,10 @@
 """The fault scenarios CI runs: the quick subset of every family (crash points on each
 catalog, replays, lost replies, the concurrency matrix's small cells and one large one,
-the deliberately broken builds, which the checker must catch, and the streaming
-families: Spark drivers killed at commit points, a frozen broker, two drivers sharing a
-writer id, re-split replays; see ``tests.faults.streaming``)."""
+the deliberately broken builds, which the checker must catch, maintenance passes killed
+at every commit point beside streaming writers and the rewrite carry-over (see
+``tests.faults.maintenance``), and the streaming families: Spark drivers killed at commit
+points, a frozen broker, two drivers sharing a writer id, re-split replays; see
+``tests.faults.streaming``)."""
 
 from __future__ import annotations
 
@@ -66,3 +68,16 @@ def test_every_streaming_family_is_in_the_ci_subset() -> None:
     assert any(n.endswith("short-timeouts") for n in paused) and len(paused) >= 2
     every = {s.name.split("/")[1] for s in selected("full") if s.family == "stream-crash"}
     assert set(POINTS) <= every
+
+
+def test_every_crash_point_and_catalog_kills_a_maintenance_pass_in_the_ci_subset() -> None:
+    from calving.commit.faults import POINTS
+    from tests.faults.catalogs import KINDS
+
+    crashed = [s.name.split("/") for s in QUICK if s.family == "maintenance-crash"]
+    assert {point for _, point, _ in crashed} == set(POINTS)
+    assert {kind for _, _, kind in crashed} == set(KINDS)
+    names = {s.name for s in QUICK}
+    assert {"maintenance-carry/sqlite", "broken/skip-carry-over"} <= names
+    every = {s.name for s in selected("full") if s.family == "maintenance-crash"}
+    assert len(every) == len(POINTS) * len(KINDS)

@@ -1,5 +1,7 @@
-"""One maintenance pass over a table: compaction, manifest rewrite, column statistics,
-snapshot expiry and orphan removal, in that order, each a job with its own figures.
+"""One maintenance pass over a table: leftovers of killed passes, compaction, manifest
+rewrite, column statistics, snapshot expiry and orphan removal, in that order, each a
+job with its own figures. The pass keeps a journal of the files it writes
+(``calving.commit.maintenance.journal``) and removes its own unreferenced ones at the end.
 
 A job that fails is reported and the next one still runs (each plans on a fresh read of
 the table). A deadline (``time.monotonic()``) bounds the pass: no job, and no

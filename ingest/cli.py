@@ -90,6 +90,9 @@ def _parser() -> argparse.ArgumentParser:
     from calving.ingest.table_admin import add_parsers as add_table_admin
 
     add_table_admin(table_sub)  # set-property, unset-property
+    from calving.ingest.catalog_serve import add_parsers as add_catalog_serve
+
+    add_catalog_serve(sub)  # catalog serve
     return p
 
 
@@ -134,6 +137,10 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, secrets)
         if args.command == "maintain":
             return _maintain(args, secrets)
+        if args.command == "catalog":
+            from calving.ingest.catalog_serve import main as catalog_serve
+
+            return catalog_serve(args, secrets)
         if args.table_command in ("set-property", "unset-property"):
             from calving.ingest.table_admin import main as table_admin
 

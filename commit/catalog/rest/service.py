@@ -1,0 +1,241 @@
+"""The REST catalog operations over a ``SqlCatalog``, HTTP aside.
+
+Each method takes decoded path parts and the request's JSON body and returns the JSON
+answer (or None for 204), raising ``RestError`` or calving's typed errors, which
+``errors.rest_error_of`` maps to the protocol's error model.
+
+A table commit reads the current metadata, checks the requirements, applies the
+updates, writes a new metadata file and swaps the catalog row with the SQL catalog's
+compare-and-swap. A lost swap (someone committed in between) is retried here from the
+fresh metadata, requirements checked again, a few times; a requirement that no longer
+holds is a 409 ``CommitFailedException``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from calving.commit.catalog.base import Namespace, TableIdent, check_ident, check_namespace
+from calving.commit.catalog.rest.apply import apply_changes, empty_metadata
+from calving.commit.catalog.rest.changes import (
+    AssertCreate,
+    AssignUUID,
+    RestUpdate,
+    SetDefaultSortOrder,
+    SetDefaultSpec,
+    SetLocation,
+    UpgradeFormatVersion,
+    parse_changes,
+    parse_update,
+)
+from calving.commit.catalog.rest.documents import metadata_bytes, read_metadata
+from calving.commit.catalog.rest.errors import RestError, bad_request, commit_failed
+from calving.commit.catalog.sql import NAMESPACE_EXISTS_PROPERTY, SqlCatalog
+from calving.commit.errors import CommitSwapLostError, NoSuchTableError
+from calving.commit.io import to_uri
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table.updates import SetCurrentSchema, SetProperties
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FORMAT_VERSION = 2  # as Iceberg's reference catalog; ask for 3 with format-version
+COMMIT_ATTEMPTS = 4
+ENDPOINTS = (
+    "GET /v1/{prefix}/namespaces",
+    "POST /v1/{prefix}/namespaces",
+    "GET /v1/{prefix}/namespaces/{namespace}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables",
+    "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "HEAD /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
+    "POST /v1/{prefix}/namespaces/{namespace}/register",
+    "POST /v1/{prefix}/transactions/commit",
+)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """One table's commit, applied and serialized, not yet swapped in."""
+
+    ident: TableIdent
+    expected: str | None  # None: the table is created
+    new_location: str
+    metadata: TableMetadata
+    data: bytes
+
+
+class CatalogService:
+    def __init__(self, catalog: SqlCatalog, clock: Callable[[], float] = time.time) -> None:
+        self.catalog = catalog
+        self.clock = clock
+
+    # ------------------------------------------------------------ config
+
+    def config(self) -> dict[str, Any]:
+        overrides = {"warehouse": self.catalog.warehouse} if self.catalog.warehouse else {}
+        return {"defaults": {}, "overrides": overrides, "endpoints": list(ENDPOINTS)}
+
+    # ------------------------------------------------------------ namespaces
+
+    def list_namespaces(self, parent: Namespace) -> dict[str, Any]:
+        found = self.catalog.list_namespaces(check_namespace(parent) if parent else ())
+        return {"namespaces": [list(ns) for ns in found]}
+
+    def create_namespace(self, body: Any) -> dict[str, Any]:
+        if not isinstance(body, Mapping) or not isinstance(body.get("namespace"), list):
+            raise bad_request("CreateNamespaceRequest needs a 'namespace' list")
+        namespace = check_namespace(tuple(str(p) for p in body["namespace"]))
+        properties = _string_map(body.get("properties") or {}, "properties")
+        self.catalog.create_namespace(namespace, properties)
+        return {"namespace": list(namespace), "properties": properties}
+
+    def load_namespace(self, namespace: Namespace) -> dict[str, Any]:
+        props = self.catalog.namespace_properties(check_namespace(namespace))
+        props.pop(NAMESPACE_EXISTS_PROPERTY, None)
+        return {"namespace": list(namespace), "properties": props}
+
+    def drop_namespace(self, namespace: Namespace) -> None:
+        self.catalog.drop_namespace(check_namespace(namespace))
+
+    # ------------------------------------------------------------ tables
+
+    def list_tables(self, namespace: Namespace) -> dict[str, Any]:
+        tables = self.catalog.list_tables(check_namespace(namespace))
+        return {"identifiers": [{"namespace": list(t[:-1]), "name": t[-1]} for t in tables]}
+
+    def load_table(self, ident: TableIdent) -> dict[str, Any]:
+        location = self.catalog.load_metadata_location(check_ident(ident))
+        _, obj = read_metadata(self.catalog.io, location)
+        return {"metadata-location": location, "metadata": obj, "config": {}}
+
+    def table_exists(self, ident: TableIdent) -> None:
+        self.catalog.load_metadata_location(check_ident(ident))
+
+    def drop_table(self, ident: TableIdent, purge: bool) -> None:
+        if purge:
+            raise RestError(
+                406,
+                "UnsupportedOperationException",
+                "purge is not supported: drop without purgeRequested (files stay in place)",
+            )
+        self.catalog.drop_table_entry(check_ident(ident))
+
+    def register_table(self, namespace: Namespace, body: Any) -> dict[str, Any]:
+        if not isinstance(body, Mapping):
+            raise bad_request("RegisterTableRequest must be a JSON object")
+        name, location = body.get("name"), body.get("metadata-location")
+        if not isinstance(name, str) or not isinstance(location, str):
+            raise bad_request("RegisterTableRequest needs 'name' and 'metadata-location'")
+        ident = check_ident((*check_namespace(namespace), name))
+        read_metadata(self.catalog.io, location)  # must be a readable metadata file
+        if body.get("overwrite") and self.catalog.table_exists(ident):
+            current = self.catalog.load_metadata_location(ident)
+            self.catalog.swap_metadata_location(ident, current, location)
+        else:
+            self.catalog.register_table(ident, location)
+        return self.load_table(ident)
+
+    def create_table(self, namespace: Namespace, body: Any) -> dict[str, Any]:
+        if not isinstance(body, Mapping) or not isinstance(body.get("name"), str):
+            raise bad_request("CreateTableRequest needs a 'name'")
+        ident = check_ident((*check_namespace(namespace), str(body["name"])))
+        if not self.catalog.namespace_exists(ident[:-1]):
+            self.catalog.namespace_properties(ident[:-1])  # NoSuchNamespaceError (404)
+        updates = self._create_updates(ident, body)
+        metadata = apply_changes(
+            empty_metadata(), updates, base_location=None, now_ms=self._now_ms()
+        )
+        if body.get("stage-create"):
+            obj = json.loads(metadata_bytes(metadata))
+            return {"metadata-location": None, "metadata": obj, "config": {}}
+        data = metadata_bytes(metadata)
+        location = self.catalog.create_table(ident, metadata.location, data)
+        return {"metadata-location": location, "metadata": json.loads(data), "config": {}}
+
+    def _create_updates(self, ident: TableIdent, body: Mapping[str, Any]) -> list[RestUpdate]:
+        properties = _string_map(body.get("properties") or {}, "properties")
+        version = properties.pop("format-version", str(DEFAULT_FORMAT_VERSION))
+        if not version.isdigit():
+            raise bad_request(f"properties.format-version must be a number, got {version!r}")
+        location = body.get("location") or self.catalog.default_table_location(ident)
+        if "schema" not in body:
+            raise bad_request("CreateTableRequest needs a 'schema'")
+        spec = body.get("partition-spec") or {"spec-id": 0, "fields": []}
+        order = body.get("write-order") or {"order-id": 0, "fields": []}
+        return [
+            AssignUUID(str(uuid.uuid4())),
+            UpgradeFormatVersion(int(version)),
+            parse_update({"action": "add-schema", "schema": body["schema"]}),
+            SetCurrentSchema(-1),
+            parse_update({"action": "add-spec", "spec": spec}),
+            SetDefaultSpec(-1),
+            parse_update({"action": "add-sort-order", "sort-order": order}),
+            SetDefaultSortOrder(-1),
+            SetLocation(to_uri(str(location))),
+            SetProperties(properties),
+        ]
+
+    # ------------------------------------------------------------ commits
+
+    def commit_table(self, ident: TableIdent, body: Any) -> dict[str, Any]:
+        ident = check_ident(ident)
+        for attempt in range(COMMIT_ATTEMPTS):
+            prepared = self.prepare(ident, body)
+            try:
+                location = self._swap_in(prepared)
+            except CommitSwapLostError as exc:
+                log.info("commit to %s lost a race (attempt %d): %s", ".".join(ident), attempt, exc)
+                continue
+            return {"metadata-location": location, "metadata": json.loads(prepared.data)}
+        raise commit_failed(f"{'.'.join(ident)}: lost {COMMIT_ATTEMPTS} races to other commits")
+
+    def prepare(self, ident: TableIdent, body: Any) -> Prepared:
+        """Read, check requirements, apply updates, serialize (no write)."""
+        requirements, updates = parse_changes(body)
+        creating = any(isinstance(r, AssertCreate) for r in requirements)
+        try:
+            expected: str | None = self.catalog.load_metadata_location(ident)
+        except NoSuchTableError:
+            if not creating:
+                raise
+            expected = None
+        if expected is None:
+            base = empty_metadata()
+        elif creating:
+            raise commit_failed(f"requirement failed: table {'.'.join(ident)} already exists")
+        else:
+            base, _ = read_metadata(self.catalog.io, expected)
+        for requirement in requirements:
+            if not isinstance(requirement, AssertCreate):
+                requirement.check(base)
+        new = apply_changes(base, updates, base_location=expected, now_ms=self._now_ms())
+        if expected is None:
+            new_location = ""
+        else:
+            new_location = self.catalog.new_metadata_location(ident, expected, new)
+        return Prepared(ident, expected, new_location, new, metadata_bytes(new))
+
+    def _swap_in(self, p: Prepared) -> str:
+        if p.expected is None:
+            return self.catalog.create_table(p.ident, p.metadata.location, p.data)
+        self.catalog.commit_metadata(p.ident, p.expected, p.new_location, p.data)
+        return p.new_location
+
+    def _now_ms(self) -> int:
+        return int(self.clock() * 1000)
+
+
+def _string_map(value: Any, key: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise bad_request(f"{key!r} must be a JSON object of strings")
+    return {str(k): str(v) for k, v in value.items()}

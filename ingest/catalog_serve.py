@@ -1,0 +1,115 @@
+"""``calving catalog serve``: the Iceberg REST catalog protocol over calving's SQL catalog.
+
+    calving catalog serve (--config F | --catalog URL --warehouse W)
+                          [--host 127.0.0.1] [--port 8181] [--token-env NAME]
+
+``--config`` takes ``table.catalog``, ``table.warehouse``, ``table.catalog_name`` and
+``[table.io]`` from a pipeline config; ``--catalog`` is a SQLAlchemy URL (SQLite or
+PostgreSQL). With ``--token-env NAME`` every request must carry ``Authorization:
+Bearer <$NAME>`` (401 otherwise); the token is read from the environment only and
+never logged. Prints ``calving catalog serve: listening on http://HOST:PORT`` once
+bound (``--port 0`` takes a free port), logs each request at INFO on stderr
+(``METHOD path status ms``) and stops on SIGTERM or Ctrl-C (exit 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.errors import ConfigError
+from calving.ingest.errors import Secrets
+
+DEFAULT_PORT = 8181
+
+
+def add_parsers(sub: Any) -> None:
+    """Register ``calving catalog serve``."""
+    catalog = sub.add_parser("catalog", help="serve the catalog to other engines")
+    catalog_sub = catalog.add_subparsers(dest="catalog_command", required=True)
+    serve = catalog_sub.add_parser(
+        "serve",
+        help="Iceberg REST catalog over the SQL catalog",
+        description="Serve calving's SQL catalog (SQLite or PostgreSQL) over the Iceberg "
+        "REST protocol, so pyiceberg, DuckDB, Spark or Trino can read and write its tables. "
+        "Single tenant: one catalog, an optional static bearer token, no access control.",
+    )
+    where = serve.add_mutually_exclusive_group(required=True)
+    where.add_argument("--config", type=Path, help="take the catalog from this pipeline config")
+    where.add_argument(
+        "--catalog", help="SQL catalog URL (sqlite:///... or postgresql+psycopg://...)"
+    )
+    serve.add_argument("--warehouse", help="default table location root (with --catalog)")
+    serve.add_argument("--catalog-name", default="calving")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (127.0.0.1)")
+    serve.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"0 = any free ({DEFAULT_PORT})"
+    )
+    serve.add_argument("--token-env", metavar="NAME",
+                       help="require the bearer token held in environment variable NAME")  # fmt: skip
+    serve.add_argument("--prefix", help="also serve the routes under /v1/PREFIX/ and advertise it")
+
+
+def main(args: argparse.Namespace, secrets: Secrets) -> int:
+    from calving.commit.catalog.rest.server import RestCatalogServer
+    from calving.commit.catalog.rest.service import CatalogService
+
+    logging.getLogger("calving.rest").setLevel(logging.DEBUG if args.verbose else logging.INFO)
+    token = _token(args.token_env, secrets)
+    catalog = _open(args, secrets)
+    server = RestCatalogServer(
+        CatalogService(catalog), args.host, args.port, token=token, prefix=args.prefix
+    )
+    stop = threading.Event()
+    handlers = {
+        sig: signal.signal(sig, lambda _signum, _frame: stop.set())
+        for sig in (signal.SIGTERM, signal.SIGINT)
+    }
+    try:
+        server.start()
+        print(f"calving catalog serve: listening on {server.url}", flush=True)
+        stop.wait()
+    finally:
+        server.stop()
+        catalog.close()
+        for sig, previous in handlers.items():
+            signal.signal(sig, previous)
+    return 0
+
+
+def _token(name: str | None, secrets: Secrets) -> str | None:
+    if name is None:
+        return None
+    value = os.environ.get(name)
+    if not value:
+        raise ConfigError(f"--token-env: environment variable {name} is not set or empty")
+    secrets.add(value)
+    return value
+
+
+def _open(args: argparse.Namespace, secrets: Secrets) -> SqlCatalog:
+    from calving.commit.io import FileIO
+    from calving.ingest.catalogs import file_io, open_sql_catalog
+
+    if args.config is not None:
+        from calving.ingest.config.loader import load_config
+
+        secrets.add_config_file(args.config)
+        table_cfg = load_config(args.config).table
+        if table_cfg.catalog_kind == "filesystem":
+            raise ConfigError("table.catalog: calving catalog serve needs a SQL catalog")
+        secrets.add_url(table_cfg.catalog)
+        return open_sql_catalog(
+            table_cfg.catalog_name, table_cfg.catalog, table_cfg.warehouse, file_io(table_cfg)
+        )
+    secrets.add_url(args.catalog)
+    if "://" not in args.catalog or args.catalog.startswith("file:"):
+        raise ConfigError("--catalog: calving catalog serve needs a SQL catalog URL")
+    return open_sql_catalog(args.catalog_name, args.catalog, args.warehouse, FileIO(),
+                            key="--catalog")  # fmt: skip

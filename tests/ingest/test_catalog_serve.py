@@ -1,0 +1,65 @@
+"""``calving catalog serve`` as a process: binds a free loopback port, requires the
+token from the environment, logs requests without it, stops on SIGTERM with exit 0."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+
+import pytest
+from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import UnauthorizedError
+
+from calving.commit.catalog import SqlCatalog
+from calving.ingest.cli import main
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "serve-token-7d1"
+
+
+def _listening_url(proc: subprocess.Popen, timeout: float = 30.0) -> str:
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    if not selector.select(timeout):
+        raise AssertionError("calving catalog serve printed nothing")
+    line = proc.stdout.readline()
+    assert line.startswith("calving catalog serve: listening on http://127.0.0.1:"), line
+    return line.rsplit(" ", 1)[-1].strip()
+
+
+def test_serve_command_with_token(tmp_path):
+    url = f"sqlite:///{tmp_path}/catalog.db"
+    SqlCatalog("calving", url, str(tmp_path)).create_namespace(("db",))
+    cmd = [sys.executable, "-m", "calving.ingest.cli", "catalog", "serve", "--catalog", url,
+           "--warehouse", str(tmp_path), "--port", "0", "--token-env", "REST_TOKEN"]  # fmt: skip
+    env = {**os.environ, "REST_TOKEN": TOKEN}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        endpoint = _listening_url(proc)
+        with pytest.raises(UnauthorizedError):
+            RestCatalog("anon", uri=endpoint)
+        rest = RestCatalog("r", uri=endpoint, token=TOKEN)
+        assert rest.list_namespaces() == [("db",)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "GET /v1/config 401" in err and "GET /v1/namespaces 200" in err
+    assert TOKEN not in err
+
+
+def test_serve_refuses_a_missing_token_variable(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("NO_SUCH_TOKEN_VAR", raising=False)
+    argv = ["catalog", "serve", "--catalog", f"sqlite:///{tmp_path}/c.db", "--port", "0",
+            "--token-env", "NO_SUCH_TOKEN_VAR"]  # fmt: skip
+    assert main(argv) == 2
+    assert "NO_SUCH_TOKEN_VAR" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_filesystem_catalog(tmp_path, capsys):
+    assert main(["catalog", "serve", "--catalog", f"file://{tmp_path}", "--port", "0"]) == 2
+    assert "needs a SQL catalog" in capsys.readouterr().err

@@ -21,6 +21,8 @@ Families:
 * ``maintenance-carry/<catalog>``: no kill; the rewrite reports the carried deletes.
 * ``broken/skip-carry-over``: the same with a build whose rewrite does not carry them
   (``tests.faults.mutations``): the checker must report the rows that came back.
+* ``broken/forget-journal``: a pass killed at ``before-swap`` by a build that journals
+  nothing: the leftover checks must report its files.
 """
 
 from __future__ import annotations
@@ -357,6 +359,15 @@ for _kind in KINDS:
             needs=_needs(_kind),
         )
     )
+register(
+    Scenario(
+        "broken/forget-journal",
+        "broken",
+        maintenance_scenario("sqlite", "before-swap", mutation="forget-journal"),
+        quick=True,
+        expect_violations=True,
+    )
+)
 register(
     Scenario(
         "broken/skip-carry-over",

@@ -67,10 +67,19 @@ def _skip_carry_over() -> None:
     RewriteFiles.plan = plan  # type: ignore[method-assign]
 
 
+def _forget_journal() -> None:
+    """A maintenance run journals nothing it writes: a killed run's files are left to
+    orphan removal (days later) instead of the next run."""
+    from calving.commit.maintenance.journal import RunJournal
+
+    RunJournal.add = lambda self, locations: None  # type: ignore[method-assign]
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
     "skip-ledger": _skip_ledger,
     "forget-dv": _forget_dv,
     "skip-carry-over": _skip_carry_over,
+    "forget-journal": _forget_journal,
 }
 
 

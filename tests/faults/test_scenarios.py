@@ -78,6 +78,6 @@ def test_every_crash_point_and_catalog_kills_a_maintenance_pass_in_the_ci_subset
     assert {point for _, point, _ in crashed} == set(POINTS)
     assert {kind for _, _, kind in crashed} == set(KINDS)
     names = {s.name for s in QUICK}
-    assert {"maintenance-carry/sqlite", "broken/skip-carry-over"} <= names
+    assert {"maintenance-carry/sqlite", "broken/skip-carry-over", "broken/forget-journal"} <= names
     every = {s.name for s in selected("full") if s.family == "maintenance-crash"}
     assert len(every) == len(POINTS) * len(KINDS)

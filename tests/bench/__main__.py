@@ -41,6 +41,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "commit_latency": _lazy("tests.bench.commit_latency"),
     "cdc_upsert": _lazy("tests.bench.cdc_upsert"),
     "index": _lazy("tests.bench.index_bench"),
+    "maintenance": _lazy("tests.bench.maintenance"),
     "throughput": _lazy("tests.bench.throughput"),
     "freshness": _lazy("tests.bench.freshness"),
 }

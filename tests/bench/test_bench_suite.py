@@ -4,6 +4,8 @@ run, and one cheap real benchmark (the index, at a tiny size) yields its figures
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.bench import __main__ as suite
@@ -58,3 +60,33 @@ def test_index_bench_figures_at_a_tiny_size():
         assert f.value is not None and f.value > 0
         assert f.peer_value is not None and f.peer_value > 0
         assert f.ratio is not None and f.met is not None
+
+
+@pytest.mark.slow
+def test_maintenance_bench_at_a_tiny_size(tmp_path):
+    """The maintenance benchmark runs end to end (it checks every table against the
+    model with DuckDB and pyiceberg itself) and writes its figures as JSON."""
+    from tests.bench import maintenance
+
+    params = maintenance.Params(
+        rows=20_000,
+        commits=30,
+        batch_rows=200,
+        every=5,
+        scan_repeat=1,
+        window=5,
+        concurrent_commits=20,
+        concurrent_every=5,
+    )
+    out = tmp_path / "maintenance.json"
+    figures = maintenance.figures(True, params, str(out))
+    assert len(figures) == 10
+    assert all(f.value is not None and f.peer_value is not None for f in figures[:-1])
+    assert sum(f.met is not None for f in figures) == 6  # every goal was checked
+    saved = json.loads(out.read_text())
+    assert [f["figure"] for f in saved["figures"]] == [f.figure for f in figures]
+    assert saved["stream"]["passes"] == 30 // 5
+    concurrent = saved["concurrent"]
+    assert concurrent["rewrites_attempted"] > 0
+    assert concurrent["rewrites_failed"] == 0 and concurrent["stream_failures"] == 0
+    assert figures[-1].met is True

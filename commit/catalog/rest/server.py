@@ -151,7 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
         elapsed_ms = (time.monotonic() - started) * 1000
         # Logged before the reply is written: a client that has its answer finds the line.
         log.info("%s %s %d %.1f ms", method, url.path, status, elapsed_ms)
-        self._send(method, status, answer)
+        try:
+            self._send(method, status, answer)
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("%s %s: the client went away before the reply", method, url.path)
 
     def _answer(self, method: str, url: urllib.parse.SplitResult) -> Answer:
         body = self._read_body()

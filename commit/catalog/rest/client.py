@@ -1,0 +1,287 @@
+"""``RestCatalog``: calving's catalog interface over an Iceberg REST catalog.
+
+    RestCatalog("lake", "http://127.0.0.1:8181", token=os.environ["TOKEN"])
+
+``GET /v1/config`` is read once: its ``defaults``, then the caller's settings, then its
+``overrides`` (``prefix``, ``warehouse``). A commit is an ``updateTable`` request: the
+difference between the metadata the commit started from and the one it built
+(``diff.commit_request``), guarded by ``assert-table-uuid`` and
+``assert-ref-snapshot-id`` on ``main``. The server writes the metadata file; the
+client never swaps a pointer (``swap_metadata_location`` is unsupported). Outcomes, as
+the other catalogs: 409 is ``CommitSwapLostError`` (calving refreshes, rebuilds and
+retries), a timeout / dropped connection / 5xx / malformed reply after sending is
+``CommitStateUnknownError`` (calving reads the table back and looks for its snapshot
+id, never retries blindly), an unreachable server is ``CatalogUnavailableError``.
+
+The table location a commit is told to write to (``new_metadata_location``) is not
+used: the server picks its own; the table's current location is what
+``load_metadata_location`` returns after the commit.
+"""
+
+from __future__ import annotations
+
+import urllib.parse
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from calving.commit.catalog.base import (
+    Catalog,
+    Namespace,
+    TableIdent,
+    check_ident,
+    check_namespace,
+    ident_name,
+)
+from calving.commit.catalog.rest.diff import commit_request
+from calving.commit.catalog.rest.transport import DEFAULT_TIMEOUT_S, RestTransport
+from calving.commit.errors import (
+    CalvingError,
+    CatalogError,
+    CommitStateUnknownError,
+    CommitSwapLostError,
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+    UnsupportedFeatureError,
+)
+from calving.commit.io import FileIO, to_uri
+from calving.commit.spec.metadata import TableMetadata, parse_metadata
+
+SEPARATOR = "%1F"
+
+
+class RestCatalog(Catalog):
+    def __init__(
+        self,
+        name: str,
+        uri: str,
+        *,
+        warehouse: str | None = None,
+        token: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        io: FileIO | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.name = name
+        self.uri = uri
+        self.io = io or FileIO()
+        self.fault_plan = None
+        self.http = RestTransport(uri, token=token, headers=headers, timeout_s=timeout_s)
+        query = f"?warehouse={urllib.parse.quote(warehouse)}" if warehouse else ""
+        config = self.http.request("GET", f"v1/config{query}")
+        if not isinstance(config, Mapping):
+            raise CatalogError(f"REST catalog {uri}: /v1/config did not answer a JSON object")
+        merged = {
+            **dict(config.get("defaults") or {}),
+            **({"warehouse": warehouse} if warehouse else {}),
+        }
+        merged.update(config.get("overrides") or {})
+        self.warehouse = (
+            to_uri(str(merged["warehouse"])).rstrip("/") if merged.get("warehouse") else None
+        )
+        prefix = str(merged.get("prefix") or "").strip("/")
+        self._base = f"v1/{prefix}/" if prefix else "v1/"
+
+    def __repr__(self) -> str:
+        return f"RestCatalog({self.name!r}, {self.uri!r})"
+
+    # ------------------------------------------------------------ paths
+
+    def _ns(self, namespace: Namespace) -> str:
+        parts = check_namespace(namespace)
+        return (
+            self._base
+            + "namespaces/"
+            + SEPARATOR.join(urllib.parse.quote(p, safe="") for p in parts)
+        )
+
+    def _table(self, ident: TableIdent) -> str:
+        ident = check_ident(ident)
+        return f"{self._ns(ident[:-1])}/tables/{urllib.parse.quote(ident[-1], safe='')}"
+
+    # ------------------------------------------------------------ namespaces
+
+    def create_namespace(
+        self, namespace: Namespace, properties: Mapping[str, str] | None = None
+    ) -> None:
+        body = {"namespace": list(check_namespace(namespace)), "properties": dict(properties or {})}
+        self.http.request("POST", self._base + "namespaces", body, exists="namespace")
+
+    def list_namespaces(self, parent: Namespace = ()) -> list[Namespace]:
+        query = ""
+        if parent:
+            query = "?parent=" + SEPARATOR.join(
+                urllib.parse.quote(p, safe="") for p in check_namespace(parent)
+            )
+        found: list[Namespace] = []
+        for reply in self._pages(self._base + "namespaces" + query, exists="namespace"):
+            found += [tuple(ns) for ns in reply.get("namespaces") or ()]
+        return sorted(found)
+
+    def namespace_exists(self, namespace: Namespace) -> bool:
+        try:
+            self.namespace_properties(namespace)
+        except NoSuchNamespaceError:
+            return False
+        return True
+
+    def namespace_properties(self, namespace: Namespace) -> dict[str, str]:
+        reply = self.http.request("GET", self._ns(namespace), exists="namespace")
+        return {str(k): str(v) for k, v in (reply.get("properties") or {}).items()}
+
+    def drop_namespace(self, namespace: Namespace) -> None:
+        self.http.request("DELETE", self._ns(namespace), exists="namespace")
+
+    # ------------------------------------------------------------ table entries
+
+    def list_tables(self, namespace: Namespace) -> list[TableIdent]:
+        found: list[TableIdent] = []
+        for reply in self._pages(self._ns(namespace) + "/tables", exists="namespace"):
+            for ident in reply.get("identifiers") or ():
+                found.append((*ident["namespace"], ident["name"]))
+        return sorted(found)
+
+    def _pages(self, path: str, exists: str) -> list[dict[str, Any]]:
+        """Every page of a list answer (``next-page-token``)."""
+        pages, token = [], None
+        while True:
+            sep = "&" if "?" in path else "?"
+            page_path = (
+                path if token is None else f"{path}{sep}pageToken={urllib.parse.quote(token)}"
+            )
+            reply = self.http.request("GET", page_path, exists=exists)
+            if not isinstance(reply, Mapping):
+                raise CatalogError(f"REST catalog GET {path}: the reply is not a JSON object")
+            pages.append(dict(reply))
+            token = reply.get("next-page-token")
+            if not token:
+                return pages
+
+    def create_table_entry(self, ident: TableIdent, metadata_location: str) -> None:
+        ident = check_ident(ident)
+        body = {"name": ident[-1], "metadata-location": metadata_location}
+        self.http.request("POST", self._ns(ident[:-1]) + "/register", body)
+
+    def load_metadata_location(self, ident: TableIdent) -> str:
+        reply = self.http.request("GET", self._table(ident))
+        location = reply.get("metadata-location") if isinstance(reply, Mapping) else None
+        if not isinstance(location, str) or not location:
+            raise CatalogError(
+                f"REST catalog: loadTable of {ident_name(ident)} has no metadata-location"
+            )
+        return location
+
+    def drop_table_entry(self, ident: TableIdent) -> None:
+        """Forget the table (no purge: its files stay)."""
+        self.http.request("DELETE", self._table(ident))
+
+    def rename_table(self, src: TableIdent, dst: TableIdent) -> None:
+        src, dst = check_ident(src), check_ident(dst)
+        body = {
+            "source": {"namespace": list(src[:-1]), "name": src[-1]},
+            "destination": {"namespace": list(dst[:-1]), "name": dst[-1]},
+        }
+        self.http.request("POST", self._base + "tables/rename", body)
+
+    def default_table_location(self, ident: TableIdent) -> str:
+        ident = check_ident(ident)
+        location = self.namespace_properties(ident[:-1]).get("location")
+        if location:
+            return f"{to_uri(location).rstrip('/')}/{ident[-1]}"
+        if not self.warehouse:
+            raise CatalogError(f"REST catalog {self.uri} names no warehouse: give a table location")
+        return f"{self.warehouse}/{'.'.join(ident[:-1])}/{ident[-1]}"
+
+    # ------------------------------------------------------------ metadata and commits
+
+    def create_table(self, ident: TableIdent, table_location: str, metadata: bytes) -> str:
+        """A create transaction (``assert-create``) carrying calving's own table UUID,
+        schema, spec, sort order and properties."""
+        m = parse_metadata(metadata, f"new table {ident_name(ident)}")
+        body = {
+            "requirements": [{"type": "assert-create"}],
+            "updates": _create_updates(m, table_location),
+        }
+        try:
+            reply = self.http.request("POST", self._table(ident), body, commit=True)
+        except CommitSwapLostError as exc:  # assert-create failed
+            raise TableAlreadyExistsError(
+                f"table {ident_name(ident)} already exists: {exc}"
+            ) from None
+        except CommitStateUnknownError:
+            location = self._created_by(ident, m.table_uuid)
+            if location is None:
+                raise
+            return location
+        return str(reply["metadata-location"])
+
+    def _created_by(self, ident: TableIdent, table_uuid: str) -> str | None:
+        """The table's location if it exists with ``table_uuid`` (a create whose reply
+        was lost), else None."""
+        try:
+            location = self.load_metadata_location(ident)
+            _, metadata = load_metadata_at(self.io, location)
+        except CalvingError:
+            return None
+        return location if metadata.table_uuid == table_uuid else None
+
+    def new_metadata_location(
+        self, ident: TableIdent, current: str, metadata: TableMetadata | None = None
+    ) -> str:
+        """Unused by the server (it names its own files); a unique placeholder."""
+        return f"{current.rsplit('/', 1)[0]}/rest-proposed-{uuid.uuid4()}.metadata.json"
+
+    def commit_metadata(
+        self, ident: TableIdent, expected: str, new_location: str, metadata: bytes
+    ) -> None:
+        _, base = load_metadata_at(self.io, expected)
+        new = parse_metadata(metadata, new_location)
+        self.http.request("POST", self._table(ident), commit_request(base, new), commit=True)
+
+    def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
+        raise UnsupportedFeatureError(
+            f"REST catalog: {ident_name(ident)}: a REST catalog takes changes, not a metadata "
+            "location to swap to"
+        )
+
+    def table_exists(self, ident: TableIdent) -> bool:
+        try:
+            self.load_metadata_location(ident)
+        except NoSuchTableError:
+            return False
+        return True
+
+
+def load_metadata_at(io: FileIO, location: str) -> tuple[str, TableMetadata]:
+    """The metadata a commit started from (calving's parse cache first)."""
+    from calving.commit.table.loading import _remembered, remember_metadata
+
+    metadata = _remembered(location)
+    if metadata is None:
+        metadata = parse_metadata(io.read(location), location)
+        remember_metadata(location, metadata)
+    return location, metadata
+
+
+def _create_updates(m: TableMetadata, location: str) -> list[dict[str, Any]]:
+    properties = dict(m.properties)
+    return [
+        {"action": "assign-uuid", "uuid": m.table_uuid},
+        {"action": "upgrade-format-version", "format-version": m.format_version},
+        {"action": "add-schema", "schema": m.schema.to_json()},
+        {"action": "set-current-schema", "schema-id": -1},
+        {"action": "add-spec", "spec": m.spec.to_json()},
+        {"action": "set-default-spec", "spec-id": -1},
+        {"action": "add-sort-order", "sort-order": _default_order(m)},
+        {"action": "set-default-sort-order", "sort-order-id": -1},
+        {"action": "set-location", "location": to_uri(location).rstrip("/")},
+        {"action": "set-properties", "updates": properties},
+    ]
+
+
+def _default_order(m: TableMetadata) -> dict[str, Any]:
+    for order in m.sort_orders:
+        if order.order_id == m.default_sort_order_id:
+            return order.to_json()
+    return {"order-id": 0, "fields": []}

@@ -27,6 +27,8 @@ def _listening_url(proc: subprocess.Popen, timeout: float = 30.0) -> str:
     if not selector.select(timeout):
         raise AssertionError("calving catalog serve printed nothing")
     line = proc.stdout.readline()
+    if not line:  # exited: say why
+        raise AssertionError(f"calving catalog serve exited: {proc.stderr.read()}")
     assert line.startswith("calving catalog serve: listening on http://127.0.0.1:"), line
     return line.rsplit(" ", 1)[-1].strip()
 
@@ -63,3 +65,42 @@ def test_serve_refuses_a_missing_token_variable(tmp_path, capsys, monkeypatch):
 def test_serve_refuses_a_filesystem_catalog(tmp_path, capsys):
     assert main(["catalog", "serve", "--catalog", f"file://{tmp_path}", "--port", "0"]) == 2
     assert "needs a SQL catalog" in capsys.readouterr().err
+
+
+PIPELINE = """
+[source]
+bootstrap_servers = "127.0.0.1:9"
+topics = ["t"]
+
+[format]
+type = "json"
+
+[table]
+catalog = "sqlite:///{tmp}/catalog.db"
+catalog_name = "lake"
+warehouse = "{tmp}/warehouse"
+name = "db.events"
+columns = [ {{ name = "id", type = "long" }} ]
+
+[sink]
+writer_id = "w"
+checkpoint = "{tmp}/checkpoint"
+"""
+
+
+def test_serve_takes_the_catalog_from_a_pipeline_config(tmp_path):
+    config = tmp_path / "pipeline.toml"
+    config.write_text(PIPELINE.format(tmp=tmp_path))
+    (tmp_path / "warehouse").mkdir()
+    SqlCatalog("lake", f"sqlite:///{tmp_path}/catalog.db").create_namespace(("db",))
+    cmd = [sys.executable, "-m", "calving.ingest.cli", "catalog", "serve", "--config", str(config),
+           "--port", "0"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        rest = RestCatalog("r", uri=_listening_url(proc))
+        assert rest.list_namespaces() == [("db",)]
+        assert rest.properties["warehouse"] == f"file://{tmp_path}/warehouse"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err

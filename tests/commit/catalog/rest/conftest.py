@@ -23,6 +23,12 @@ def start_server(catalog: SqlCatalog, token: str | None = None) -> RestCatalogSe
     return RestCatalogServer(CatalogService(catalog), "127.0.0.1", 0, token=token).start()
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared(request):
+    """The SQL catalog on SQLite, then on PostgreSQL."""
+    return request.getfixturevalue("sqlite_catalog" if request.param == "sqlite" else "pg_catalog")
+
+
 @pytest.fixture
 def rest_server(sqlite_catalog) -> Iterator[RestCatalogServer]:
     server = start_server(sqlite_catalog)

@@ -16,8 +16,13 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
+from calving.commit.catalog.rest.service import CatalogService
+from calving.commit.catalog.rest.transaction import swap_all
+from calving.commit.errors import CommitSwapLostError
+from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.table import Table
 from tests.commit.catalog.rest.conftest import dv_table, start_server
+from tests.support.tables import make_table
 
 pytestmark = pytest.mark.integration
 
@@ -99,8 +104,16 @@ def _ident(name: str) -> dict[str, Any]:
     return {"namespace": ["db"], "name": name}
 
 
-def test_transaction_is_all_or_nothing(sqlite_catalog, rest_server):
-    one, _ = dv_table(sqlite_catalog)
+def test_transaction_is_all_or_nothing(shared):
+    one, _ = dv_table(shared)
+    rest_server = start_server(shared)
+    try:
+        _transaction_all_or_nothing(shared, one, rest_server)
+    finally:
+        rest_server.stop()
+
+
+def _transaction_all_or_nothing(catalog, one, rest_server):
     rest = RestCatalog("r", uri=rest_server.url)
     rest.create_table("db.other", schema=_batch(0).schema)
     other_uuid = rest.load_table("db.other").metadata.table_uuid
@@ -117,17 +130,35 @@ def test_transaction_is_all_or_nothing(sqlite_catalog, rest_server):
     }
     status, body = _request(url, "POST", {"table-changes": [good, stale]})
     assert status == 409 and body["error"]["type"] == "CommitFailedException"
-    assert "tx" not in Table.load(sqlite_catalog, ("db", "events")).metadata.properties
+    assert "tx" not in Table.load(catalog, ("db", "events")).metadata.properties
     fixed = dict(stale, requirements=[{"type": "assert-table-uuid", "uuid": str(other_uuid)}])
     status, body = _request(url, "POST", {"table-changes": [good, fixed]})
     assert status == 204 and body is None
     for name in ("events", "other"):
-        assert Table.load(sqlite_catalog, ("db", name)).metadata.properties["tx"] == "1"
+        assert Table.load(catalog, ("db", name)).metadata.properties["tx"] == "1"
     # the DV table still reads the same through the server after the commit
     assert (
         rest.load_table("db.events").metadata.current_snapshot_id
         == one.metadata.current_snapshot_id
     )
+
+
+def test_one_moved_row_rolls_back_the_whole_swap(shared):
+    """Both tables prepared, then one moves on: the SQL transaction swaps neither."""
+    first, second = make_table(shared, "a"), make_table(shared, "b")
+    service = CatalogService(shared)
+    body = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"tx": "1"}}]}
+    prepared = [service.prepare(t.ident, body) for t in (first, second)]
+    shared.io.write_many([(p.new_location, p.data) for p in prepared])
+    second.commit(UpdateProperties({"moved": "yes"}))
+    with pytest.raises(CommitSwapLostError, match="db.b"):
+        swap_all(shared, prepared)
+    assert shared.load_metadata_location(first.ident) == first.metadata_location
+    assert Table.load(shared, second.ident).metadata.properties["moved"] == "yes"
+    again = service.prepare(first.ident, body)  # the loser re-prepares from fresh metadata
+    shared.io.write(again.new_location, again.data)
+    swap_all(shared, [again])
+    assert Table.load(shared, first.ident).metadata.properties["tx"] == "1"
 
 
 def test_update_table_requirements_and_updates(sqlite_catalog, rest_server):

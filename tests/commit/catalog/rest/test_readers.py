@@ -4,13 +4,17 @@ REST catalog server: listing, loading a calving v3 table with deletion vectors
 
 from __future__ import annotations
 
+import logging
+
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
+from calving.commit.catalog.rest.server import RestCatalogServer
+from calving.commit.catalog.rest.service import CatalogService
 from calving.commit.table.table import Table
 from tests.commit.catalog.rest.conftest import duckdb_rest_connection, dv_table, start_server
-from tests.support.oracles import pyiceberg_rows
+from tests.support.oracles import datafusion_rows, pyiceberg_rows
 from tests.support.tables import COLUMNS
 
 pytestmark = pytest.mark.integration
@@ -54,11 +58,6 @@ def test_duckdb_attaches_the_server_and_reads_a_dv_table(sqlite_catalog, token):
     assert sorted(got) == expected
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared(request):
-    return request.getfixturevalue("sqlite_catalog" if request.param == "sqlite" else "pg_catalog")
-
-
 def test_pyiceberg_creates_and_appends_then_calving_reads(shared):
     server = start_server(shared)
     try:
@@ -95,3 +94,33 @@ def test_staged_create_commits_with_assert_create(sqlite_catalog, rest_server):
         rest.create_table_transaction("db.staged", schema=ITEMS.schema),
     ):
         pass
+
+
+def test_duckdb_creates_inserts_and_deletes_through_the_server(sqlite_catalog, rest_server):
+    con = duckdb_rest_connection()
+    try:
+        con.execute(f"ATTACH '' AS r (TYPE iceberg, ENDPOINT '{rest_server.url}', AUTHORIZATION_TYPE 'none')")  # fmt: skip
+        con.execute("CREATE TABLE r.db.dk (id BIGINT, name VARCHAR)")
+        con.execute("INSERT INTO r.db.dk VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        con.execute("DELETE FROM r.db.dk WHERE id = 2")
+    finally:
+        con.close()
+    direct = Table.load(sqlite_catalog, ("db", "dk"))
+    assert len(direct.metadata.snapshots) == 2
+    for read in (pyiceberg_rows, datafusion_rows):
+        assert read(direct.metadata_location, ["id", "name"]) == [(1, "a"), (3, "c")]
+
+
+def test_a_prefix_is_advertised_and_served(sqlite_catalog, caplog):
+    _, expected = dv_table(sqlite_catalog)
+    server = RestCatalogServer(CatalogService(sqlite_catalog), "127.0.0.1", 0, prefix="lake")
+    server.start()
+    try:
+        with caplog.at_level(logging.INFO, logger="calving.rest"):
+            rest = RestCatalog("r", uri=server.url)
+            assert rest.properties.get("prefix") == "lake"
+            assert _rows(rest.load_table("db.events").scan().to_arrow(), COLUMNS) == expected
+    finally:
+        server.stop()
+    lines = [r.getMessage() for r in caplog.records if r.name == "calving.rest"]
+    assert any(line.startswith("GET /v1/lake/namespaces/db/tables/events 200") for line in lines)

@@ -14,6 +14,7 @@ import json
 import math
 import uuid
 from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from pyroaring import BitMap64
 
@@ -49,6 +50,7 @@ class AttemptFiles:
         self.wrote_dvs = False
         self._manifest_counter = 0
         self._pending: list[tuple[str, bytes]] = []
+        self._manifests: list[str] = []  # this attempt's manifest locations, in order
         self._metadata_dir = base.location.rstrip("/") + "/metadata"
         self._data_dir = TableProperties(base.properties).write_data_path or (
             base.location.rstrip("/") + "/data"
@@ -57,6 +59,22 @@ class AttemptFiles:
     def _stage(self, location: str, data: bytes) -> None:
         self._pending.append((location, data))
         self.written.append(location)
+
+    def drop_manifests_except(self, kept: AbstractSet[str]) -> None:
+        """Forget this attempt's manifests that the manifest list will not name (merged
+        into others after being written to be read back): unstage them, or delete them
+        when already written, so a landed commit leaves no unreferenced manifest."""
+        gone = [m for m in self._manifests if m not in kept]
+        if not gone:
+            return
+        dropped = set(gone)
+        staged = {location for location, _ in self._pending}
+        self._pending = [(loc, data) for loc, data in self._pending if loc not in dropped]
+        for location in gone:
+            if location not in staged:
+                self.io.delete(location)
+        self._manifests = [m for m in self._manifests if m in kept]
+        self.written = [w for w in self.written if w not in dropped]
 
     def flush(self) -> None:
         """Write every staged file (one batch); all are durable when this returns."""
@@ -83,6 +101,7 @@ class AttemptFiles:
             content=content,
         )
         self._stage(location, data)
+        self._manifests.append(location)
         manifest = summarize_manifest(
             entries,
             location,

@@ -207,6 +207,7 @@ class SnapshotProducer:
         Nothing names these files until the metadata file does, so they are written
         together; all are durable before it is. The fault points then see them all."""
         parent = self.base.current_snapshot
+        self.files.drop_manifests_except({m.manifest_path for m in row_ids.manifests})
         location = self.files.manifest_list(
             row_ids.manifests, parent.snapshot_id if parent else None, row_ids.first_row_id
         )

@@ -204,11 +204,12 @@ class Catalog(abc.ABC):
     @abc.abstractmethod
     def commit_metadata(
         self, ident: TableIdent, expected: str, new_location: str, metadata: bytes
-    ) -> None:
+    ) -> str | None:
         """Make ``new_location`` (from ``new_metadata_location``), holding ``metadata``,
         the table's current metadata if ``expected`` still is. Outcomes: see the module
         docstring. On a clean loss the new file is removed; after an unknown outcome it
-        is kept."""
+        is kept. Returns the committed location where the catalog chose its own (a REST
+        catalog writes the file itself), None when it is ``new_location``."""
 
     @abc.abstractmethod
     def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:

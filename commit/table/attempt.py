@@ -26,6 +26,7 @@ through check-and-put, so at most one swap from that base can win).
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import time
 import uuid
@@ -165,14 +166,19 @@ class Attempt:
         location = self.catalog.new_metadata_location(self.ident, base.location, metadata)
         return Staged(base, metadata, location, payload, tuple(self.files))
 
-    def swap(self, staged: Staged) -> None:
+    def swap(self, staged: Staged) -> Staged:
+        """The catalog's check-and-put; returns ``staged`` with the location the
+        catalog committed at (a REST catalog names its own metadata file)."""
         self.attempted[staged.location] = staged.payload
         faults.hit("before-swap")
-        self.catalog.commit_metadata(
+        committed_at = self.catalog.commit_metadata(
             self.ident, staged.base.location, staged.location, staged.payload
         )
+        if committed_at is not None and committed_at != staged.location:
+            staged = dataclasses.replace(staged, location=committed_at)
         remember_metadata(staged.location, staged.metadata)
         faults.hit("after-swap")
+        return staged
 
     def finish(self, staged: Staged) -> Committed:
         after = getattr(self.action, "after_commit", None)

@@ -76,7 +76,7 @@ def commit_action(
             if isinstance(plan, NoChange):
                 return Skipped(current.metadata, current.location, plan.reason)
             staged = attempt.write(current, plan)
-            attempt.swap(staged)
+            staged = attempt.swap(staged)
         except CalvingError as error:
             after = attempt.recover(error)
             if after is None:

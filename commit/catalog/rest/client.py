@@ -13,9 +13,8 @@ retries), a timeout / dropped connection / 5xx / malformed reply after sending i
 ``CommitStateUnknownError`` (calving reads the table back and looks for its snapshot
 id, never retries blindly), an unreachable server is ``CatalogUnavailableError``.
 
-The table location a commit is told to write to (``new_metadata_location``) is not
-used: the server picks its own; the table's current location is what
-``load_metadata_location`` returns after the commit.
+The location a commit is told to write to (``new_metadata_location``) is not used:
+the server names its own file, and ``commit_metadata`` returns it.
 """
 
 from __future__ import annotations
@@ -234,10 +233,21 @@ class RestCatalog(Catalog):
 
     def commit_metadata(
         self, ident: TableIdent, expected: str, new_location: str, metadata: bytes
-    ) -> None:
+    ) -> str:
+        """The changes as an ``updateTable`` request; returns the server's new metadata
+        location (``new_location`` is never written)."""
         _, base = load_metadata_at(self.io, expected)
         new = parse_metadata(metadata, new_location)
-        self.http.request("POST", self._table(ident), commit_request(base, new), commit=True)
+        reply = self.http.request(
+            "POST", self._table(ident), commit_request(base, new), commit=True
+        )
+        location = reply.get("metadata-location") if isinstance(reply, Mapping) else None
+        if not isinstance(location, str) or not location:
+            raise CommitStateUnknownError(
+                f"REST catalog: commit to {ident_name(ident)} answered without a "
+                "metadata-location; the commit may have landed"
+            )
+        return location
 
     def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
         raise UnsupportedFeatureError(

@@ -80,6 +80,7 @@ def test_calving_writes_a_dv_table_through_rest(sqlite_catalog, faulty):
     assert isinstance(table.commit(RowDelta(deletes=deletes)), Committed)
     assert isinstance(table.commit(UpdateProperties({"owner": "rest"})), Committed)
     direct = Table.load(sqlite_catalog, ("db", "events"))
+    assert table.metadata_location == direct.metadata_location  # the server's file
     assert direct.metadata.table_uuid == table.metadata.table_uuid
     assert direct.metadata.properties["owner"] == "rest"
     assert len(direct.metadata.snapshots) == 2 and direct.live_files().dvs
@@ -127,6 +128,7 @@ def test_a_faulty_commit_lands_exactly_once(sqlite_catalog, faulty, fault):
     assert outcome.found_on_refresh == (fault in ("500-after", "slow-after"))
     direct = Table.load(sqlite_catalog, ("db", "events"))
     assert len(direct.metadata.snapshots) == 1
+    assert outcome.metadata_location == direct.metadata_location
     assert ALL_READERS["duckdb"](direct.metadata_location, COLUMNS) == rows_as_tuples(batch)
 
 

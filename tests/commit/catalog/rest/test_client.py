@@ -1,4 +1,4 @@
-"""calving's own commit path through ``RestCatalog`` against ``calving catalog serve``:
+"""calving's own commit path (SQLite and PostgreSQL behind the server) through ``RestCatalog`` against ``calving catalog serve``:
 tables created, appended to and row-deleted (DVs) through REST read back exactly by
 independent readers; racing calving writers all land; and injected faults on the
 commit (409, 500 before or after applying, a timeout after applying) each end in
@@ -52,8 +52,8 @@ class FaultyService(CatalogService):
 
 
 @pytest.fixture
-def faulty(sqlite_catalog):
-    service = FaultyService(sqlite_catalog)
+def faulty(shared):
+    service = FaultyService(shared)
     server = RestCatalogServer(service, "127.0.0.1", 0).start()
     yield service, server
     server.stop()
@@ -63,10 +63,10 @@ def _rest(server: RestCatalogServer, **kwargs: Any) -> RestCatalog:
     return RestCatalog("rest", server.url, **kwargs)
 
 
-def test_calving_writes_a_dv_table_through_rest(sqlite_catalog, faulty):
+def test_calving_writes_a_dv_table_through_rest(shared, faulty):
     _, server = faulty
     rest = _rest(server)
-    assert rest.warehouse == sqlite_catalog.warehouse
+    assert rest.warehouse == shared.warehouse
     table = make_table(rest)
     assert ("db", "events") in rest.list_tables(("db",))
     rows = [row(i, region=("eu" if i % 3 else "us"), day=i % 2) for i in range(30)]
@@ -79,7 +79,7 @@ def test_calving_writes_a_dv_table_through_rest(sqlite_catalog, faulty):
             deletes[data_file.file_path] = positions
     assert isinstance(table.commit(RowDelta(deletes=deletes)), Committed)
     assert isinstance(table.commit(UpdateProperties({"owner": "rest"})), Committed)
-    direct = Table.load(sqlite_catalog, ("db", "events"))
+    direct = Table.load(shared, ("db", "events"))
     assert table.metadata_location == direct.metadata_location  # the server's file
     assert direct.metadata.table_uuid == table.metadata.table_uuid
     assert direct.metadata.properties["owner"] == "rest"
@@ -91,7 +91,7 @@ def test_calving_writes_a_dv_table_through_rest(sqlite_catalog, faulty):
         make_table(rest)
 
 
-def test_racing_calving_writers_all_land(sqlite_catalog, faulty):
+def test_racing_calving_writers_all_land(shared, faulty):
     _, server = faulty
     make_table(_rest(server))
     writers = [Table.load(_rest(server), ("db", "events")) for _ in range(4)]
@@ -109,14 +109,14 @@ def test_racing_calving_writers_all_land(sqlite_catalog, faulty):
     for t in threads:
         t.join(timeout=60)
     assert all(isinstance(o, Committed) for o in outcomes) and len(outcomes) == len(writers)
-    direct = Table.load(sqlite_catalog, ("db", "events"))
+    direct = Table.load(shared, ("db", "events"))
     assert len(direct.metadata.snapshots) == len(writers)
     expected = rows_as_tuples([r for b in batches for r in b])
     assert ALL_READERS["pyiceberg"](direct.metadata_location, COLUMNS) == expected
 
 
 @pytest.mark.parametrize("fault", ["409", "500-before", "500-after", "slow-after"])
-def test_a_faulty_commit_lands_exactly_once(sqlite_catalog, faulty, fault):
+def test_a_faulty_commit_lands_exactly_once(shared, faulty, fault):
     service, server = faulty
     service.sleep_s = 2.0
     table = make_table(_rest(server, timeout_s=1.0))
@@ -126,7 +126,7 @@ def test_a_faulty_commit_lands_exactly_once(sqlite_catalog, faulty, fault):
     outcome = table.commit(FastAppend(tuple(f for f, _ in files)))
     assert isinstance(outcome, Committed), outcome
     assert outcome.found_on_refresh == (fault in ("500-after", "slow-after"))
-    direct = Table.load(sqlite_catalog, ("db", "events"))
+    direct = Table.load(shared, ("db", "events"))
     assert len(direct.metadata.snapshots) == 1
     assert outcome.metadata_location == direct.metadata_location
     assert ALL_READERS["duckdb"](direct.metadata_location, COLUMNS) == rows_as_tuples(batch)

@@ -208,13 +208,18 @@ def _rewrite_manifests(
 
 
 def _statistics(
-    table: Table, _policy: MaintenancePolicy, dry_run: bool, _deadline: float | None, _now: int
+    table: Table, policy: MaintenancePolicy, dry_run: bool, _deadline: float | None, now: int
 ) -> Figures:
-    snap = table.metadata.current_snapshot
+    m = table.metadata
+    snap = m.current_snapshot
     if snap is None:
         return {"columns": 0}
-    if any(s.snapshot_id == snap.snapshot_id for s in table.metadata.statistics):
+    published = [m.snapshot_by_id(s.snapshot_id) for s in m.statistics]
+    newest = max((p.timestamp_ms for p in published if p is not None), default=None)
+    if any(s.snapshot_id == snap.snapshot_id for s in m.statistics):
         return {"columns": 0, "up_to_date": 1}
+    if newest is not None and now - newest < policy.statistics_interval_ms:
+        return {"columns": 0, "age_s": (now - newest) // 1000}
     if dry_run:
         return {"snapshot_without_statistics": 1}
     r = collect_statistics(table)

@@ -31,6 +31,7 @@ MAINTENANCE_KEYS = (
     "snapshot_retention_age",
     "orphan_safety_age",
     "manifest_target_size_bytes",
+    "statistics_interval",
 )
 
 _DURATION = 'a duration such as "30 seconds", "15 minutes", "6 hours" or "3 days"'
@@ -71,6 +72,7 @@ def parse_maintenance(s: Section | None) -> MaintenanceConfig:
         max_snapshot_age_ms=_ms(s, "snapshot_retention_age", "30 minutes", 0),
         orphan_safety_age_ms=_ms(s, "orphan_safety_age", "3 days", MIN_ORPHAN_SAFETY_AGE_MS),
         manifest_target_bytes=manifest_target,
+        statistics_interval_ms=_ms(s, "statistics_interval", "1 hour", 0),
         jobs=JOBS if jobs is None else tuple(jobs),
     )
     config = MaintenanceConfig(

@@ -107,6 +107,7 @@ CASES = [
         {"manifest_target_size_bytes": S},
         "maintenance.manifest_target_size_bytes",
     ),
+    ("maintenance", {"statistics_interval": S}, "maintenance.statistics_interval"),
 ]
 
 

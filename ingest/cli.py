@@ -3,6 +3,7 @@
     calving demo [--events N] [--warehouse DIR] ...   the embedded default, end to end
     calving run CONFIG.toml [--available-now]          one pipeline from a TOML config
     calving maintain CONFIG.toml [--once | --every DURATION] [--dry-run] [--local]
+    calving catalog serve (--config F | --catalog URL --warehouse W) [--host H] [--port N]
     calving table show NAME (--config F | --catalog URI)
     calving table set-property NAME KEY VALUE / unset-property NAME KEY (same options)
 

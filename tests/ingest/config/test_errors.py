@@ -30,7 +30,9 @@ CASES = [
         "unknown-section-no-hint",
         json_append,
         [("pipeline", {})],
-        ["pipeline: unknown key (known keys here: source, format, table, sink, spark, metrics, maintenance)"],
+        [
+            "pipeline: unknown key (known keys here: source, format, table, sink, spark, metrics, maintenance)"
+        ],
     ),
     # ------------------------------------------------------------------ [source]
     (

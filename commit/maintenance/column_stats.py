@@ -228,7 +228,7 @@ def collect_statistics(table: Table) -> StatisticsReport:
         file_footer_size_in_bytes=footer_size,
         blob_metadata=blobs,
     )
-    table.commit_or_raise(UpdateStatistics(statistics, cache_path))
+    table.commit_or_raise(UpdateStatistics(statistics, cache_path, int(time.time() * 1000)))
     report.statistics_path = stats_path
     report.seconds = time.monotonic() - started
     return report

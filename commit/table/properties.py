@@ -90,6 +90,8 @@ DV_BLOBS_PER_PUFFIN = IntProperty("calving.dv.blobs-per-puffin", 1, 1, 1_000_000
 WRITE_DATA_PATH = PathProperty("write.data.path")
 WRITE_METADATA_PATH = PathProperty("write.metadata.path")
 FILE_SKETCHES = PathProperty("calving.statistics.file-sketches")
+#: When the published column statistics were computed (ms since the epoch; 0: never).
+STATISTICS_COMPUTED_MS = IntProperty("calving.statistics.computed-ms", 0, 0)
 
 #: Every property calving reads, by name.
 KNOWN: dict[str, Property] = {
@@ -108,6 +110,7 @@ KNOWN: dict[str, Property] = {
         WRITE_DATA_PATH,
         WRITE_METADATA_PATH,
         FILE_SKETCHES,
+        STATISTICS_COMPUTED_MS,
     )
 }
 
@@ -191,3 +194,7 @@ class TableProperties:
     def file_sketches(self) -> str | None:
         """calving's per-file theta sketch cache (column statistics maintenance)."""
         return self._path(FILE_SKETCHES)
+
+    @property
+    def statistics_computed_ms(self) -> int:
+        return self._int(STATISTICS_COMPUTED_MS)

@@ -15,7 +15,11 @@ from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.statistics import StatisticsFile
 from calving.commit.table.actions.base import MetadataUpdates, Plan
-from calving.commit.table.properties import FILE_SKETCHES, TableProperties
+from calving.commit.table.properties import (
+    FILE_SKETCHES,
+    STATISTICS_COMPUTED_MS,
+    TableProperties,
+)
 from calving.commit.table.updates import SetProperties, SetStatistics
 
 FILE_SKETCHES_PROPERTY = FILE_SKETCHES.name
@@ -29,6 +33,8 @@ class StatisticsSnapshotGoneError(CommitConflictError):
 class UpdateStatistics:
     statistics: StatisticsFile
     file_sketches_location: str
+    #: When the sketches were computed (``calving.statistics.computed-ms``); None: unset.
+    computed_ms: int | None = None
 
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         snapshot_id = self.statistics.snapshot_id
@@ -36,12 +42,10 @@ class UpdateStatistics:
             raise StatisticsSnapshotGoneError(
                 f"snapshot {snapshot_id} was expired before its statistics were published"
             )
-        return MetadataUpdates(
-            (
-                SetStatistics(self.statistics),
-                SetProperties({FILE_SKETCHES_PROPERTY: self.file_sketches_location}),
-            )
-        )
+        properties = {FILE_SKETCHES_PROPERTY: self.file_sketches_location}
+        if self.computed_ms is not None:
+            properties[STATISTICS_COMPUTED_MS.name] = str(self.computed_ms)
+        return MetadataUpdates((SetStatistics(self.statistics), SetProperties(properties)))
 
     def after_commit(self, before: TableMetadata, after: TableMetadata, io: FileIO) -> None:
         referenced = {s.statistics_path for s in after.statistics}

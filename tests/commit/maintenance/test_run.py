@@ -146,3 +146,22 @@ def test_a_pyiceberg_v2_table_is_refused(tmp_path) -> None:  # type: ignore[no-u
     ours = CalvingTable.load(CalvingSql("c", url, warehouse=f"file://{tmp_path}/wh"), ("db", "v2"))
     with pytest.raises(UnsupportedFeatureError, match="format-version 2"):
         check_maintainable(ours.io, ours.metadata)
+
+
+def test_statistics_wait_for_their_interval_even_after_their_snapshot_expired(
+    sqlite_catalog,
+) -> None:  # type: ignore[no-untyped-def]
+    table, _ = _table(sqlite_catalog, "stats_interval")
+    rewriter = local_rewrite(table.io, TARGET)
+    first = run_maintenance(table, POLICY, rewriter).job("statistics")
+    assert first is not None and first.figures["columns"] == 4
+    _stream(table, 4)  # new snapshots: the statistics' snapshot expires in the next pass
+    second = run_maintenance(table, POLICY, rewriter)
+    stats = second.job("statistics")
+    assert stats is not None and stats.figures["columns"] == 0 and "age_s" in stats.figures
+    assert table.metadata.statistics == ()  # expired with their snapshot, not recomputed
+    always = MaintenancePolicy(
+        compaction=POLICY.compaction, retain_last=3, max_snapshot_age_ms=0, statistics_interval_ms=0
+    )
+    third = run_maintenance(table, always, rewriter).job("statistics")
+    assert third is not None and third.figures["columns"] == 4

@@ -29,8 +29,10 @@ DEFAULT_STATISTICS_INTERVAL_MS = 60 * MINUTE_MS
 #: Below this, a commit in flight could still be writing the files judged orphans.
 MIN_ORPHAN_SAFETY_AGE_MS = 60 * MINUTE_MS
 #: An unreferenced metadata file that left the metadata log is deleted by the expiry
-#: job only when it is also older than this (a commit in flight writes a young one).
-METADATA_FILE_MIN_AGE_MS = 10 * MINUTE_MS
+#: job only when it is older than the oldest logged version (a commit in flight wrote
+#: its file after loading a base at least that new; had it landed, its file would be in
+#: the log) and than this margin for clock skew between writers and the file store.
+METADATA_FILE_MIN_AGE_MS = 2 * MINUTE_MS
 
 
 @dataclass(frozen=True)

@@ -352,6 +352,23 @@ def load_current(
     return load(io, location, metadata, key_field_ids, **options)
 
 
+class _RebuildCounter:
+    """Full index rebuilds in this process (``full_rebuilds()``): a recorded index that
+    could not be used, a table with snapshots but no recorded index, a catch-up that fell
+    back to a rebuild, a commit's rebase by key. The first open of a table without
+    snapshots builds an empty index and is not counted."""
+
+    count = 0
+
+
+def full_rebuilds() -> int:
+    return _RebuildCounter.count
+
+
+def count_full_rebuild() -> None:
+    _RebuildCounter.count += 1
+
+
 def open_index(
     io: FileIO, metadata: TableMetadata, key_field_ids: Sequence[int] | None = None, **options: Any
 ) -> PrimaryKeyIndex:
@@ -365,6 +382,8 @@ def open_index(
         log.warning("primary-key index not used, rebuilding it from the table: %s", err)
         index = None
     if index is None:
+        if metadata.current_snapshot_id is not None:
+            count_full_rebuild()
         index = build_from_table(io, metadata, key_field_ids, **options)
     return index
 
@@ -435,6 +454,7 @@ def catch_up(
     why, old = _incremental_base(io, index, metadata)
     if why:
         log.info("primary-key index: full rebuild (%s)", why)
+        count_full_rebuild()
         return build_from_table(
             io,
             metadata,

@@ -278,16 +278,30 @@ def _delete_old_metadata_files(table: Table, now: int) -> int:
     return deleted
 
 
+#: Listings retried when a file the metadata references is not listed.
+ORPHAN_LISTING_ATTEMPTS = 3
+
+
 def _remove_orphans(
     table: Table, policy: MaintenancePolicy, dry_run: bool, _deadline: float | None, now: int
 ) -> Figures:
-    r = orphans.remove_orphans(
-        table.io,
-        table.metadata,
-        table.metadata_location,
-        older_than_ms=now - policy.orphan_safety_age_ms,
-        dry_run=dry_run,
-    )
+    """A live stream replaces its index file (and a commit may drop other referenced
+    files) between this job's read of the metadata and its listing: a referenced file
+    missing from the listing is judged again on a fresh read of the table."""
+    for attempt in range(1, ORPHAN_LISTING_ATTEMPTS + 1):
+        try:
+            r = orphans.remove_orphans(
+                table.io,
+                table.metadata,
+                table.metadata_location,
+                older_than_ms=now - policy.orphan_safety_age_ms,
+                dry_run=dry_run,
+            )
+            break
+        except orphans.OrphanListingMismatchError:
+            if attempt == ORPHAN_LISTING_ATTEMPTS:
+                raise
+            table.refresh()
     return {
         "orphans": len(r.orphans),
         "deleted": r.deleted,

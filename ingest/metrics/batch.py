@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from calving.commit.errors import CommitConflictError, RetriesExhaustedError, StaleWriterError
+from calving.commit.index import full_rebuilds
 from calving.commit.table.ledger import read_ledger
 from calving.ingest.metrics.exposition import Counter, Gauge, Histogram, Registry
 from calving.ingest.metrics.lag import LagProbe
@@ -113,6 +114,16 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Keys in the primary-key index (keyed tables): the live rows of the committed snapshot.",
     ),
     "calving_index_bytes": ("gauge", (), "Resident bytes of the primary-key index."),
+    "calving_index_rebuilds_total": (
+        "counter",
+        (),
+        (
+            "Full rebuilds of the primary-key index from the data files in this process (an "
+            "unusable or missing index of a table with snapshots, a catch-up that could not "
+            "apply the changes, a rebase by key after a rewrite); an empty table's first "
+            "index is not one."
+        ),
+    ),
 }
 
 #: Fields of the JSON log line (one per batch on ``calving.metrics``).
@@ -144,6 +155,7 @@ LOG_FIELDS: dict[str, str] = {
     "lag_records": "sum of lag (null if not measured)",
     "index_keys": "keys in the primary-key index (null for append tables)",
     "index_bytes": "resident bytes of the index (null for append tables)",
+    "index_rebuilds": "full index rebuilds in this process so far (calving_index_rebuilds_total)",
     "error": "the commit's error, type and message (failed batches only)",
 }
 
@@ -187,6 +199,7 @@ class SinkMetrics:
             if kind == "counter" and not extra:
                 self.families[name].touch(**self.labels)
         self._lagging: set[tuple[str, str]] = set()
+        self._rebuilds_counted = full_rebuilds()
         self.server: MetricsServer | None = None
 
     def serve(self, host: str = "127.0.0.1", port: int = 0) -> MetricsServer:
@@ -272,6 +285,7 @@ class SinkMetrics:
         for name in ("data_files", "dv_files", "commit_attempts", "conflicts"):
             record[name] = 0
         record["ranges"] = []
+        record["index_rebuilds"] = full_rebuilds()
         return record
 
     def _measure_table(self, sink: CalvingSink, record: dict[str, Any]) -> None:
@@ -302,6 +316,9 @@ class SinkMetrics:
         }
         for name, field_name in counted.items():
             f[name].inc(record[field_name], **labels)
+        rebuilds = record["index_rebuilds"] - self._rebuilds_counted
+        self._rebuilds_counted = record["index_rebuilds"]
+        f["calving_index_rebuilds_total"].inc(max(0, rebuilds), **labels)
         f["calving_batch_duration_seconds"].observe(record["batch_seconds"], **labels)
         if record["outcome"] == "failed":
             return

@@ -161,6 +161,7 @@ class Rebase:
         """Positions already requested are unioned, so returning every live match of
         the batch's keys is exact and idempotent."""
         self.rebuilt = pk.build_from_table(self.io, base, self.key_field_ids)
+        pk.count_full_rebuild()
         log.info("rebuilt the primary-key index after a rewrite of %d file(s)", len(gone))
         if self.keys is None:
             return {}

@@ -207,13 +207,12 @@ def rewrite_group(
 
 
 def _rows_per_file(inputs: Sequence[RewriteInput], merged: _Rows, target_file_bytes: int) -> int:
-    """Rows per new file: ceil(live bytes / target) files, live bytes estimated from
-    each input's bytes per row."""
-    live_rows = np.bincount(merged.old_file, minlength=len(inputs))
-    live_bytes = sum(
-        item.data_file.file_size_in_bytes * int(live_rows[i]) // max(item.data_file.record_count, 1)
-        for i, item in enumerate(inputs)
-    )
+    """Rows per new file: ceil(live bytes / target) files, live bytes estimated from the
+    bytes per row of the input with the most rows. (Each input's own bytes per row
+    would count every small file's fixed Parquet overhead, about 1 KB, again: a group of
+    many tiny stream files was split into several files far below the target.)"""
+    largest = max((item.data_file for item in inputs), key=lambda f: f.record_count)
+    live_bytes = merged.rows.num_rows * largest.file_size_in_bytes // max(largest.record_count, 1)
     files = max(1, -(-live_bytes // max(target_file_bytes, 1)))
     return max(1, -(-merged.rows.num_rows // files))
 

@@ -214,12 +214,13 @@ def _statistics(
     snap = m.current_snapshot
     if snap is None:
         return {"columns": 0}
-    published = [m.snapshot_by_id(s.snapshot_id) for s in m.statistics]
-    newest = max((p.timestamp_ms for p in published if p is not None), default=None)
     if any(s.snapshot_id == snap.snapshot_id for s in m.statistics):
         return {"columns": 0, "up_to_date": 1}
-    if newest is not None and now - newest < policy.statistics_interval_ms:
-        return {"columns": 0, "age_s": (now - newest) // 1000}
+    # Judged by when they were computed, not by their snapshot's age: expiry removes
+    # the statistics of expired snapshots long before the interval is up.
+    computed = TableProperties(m.properties).statistics_computed_ms
+    if computed and now - computed < policy.statistics_interval_ms:
+        return {"columns": 0, "age_s": (now - computed) // 1000}
     if dry_run:
         return {"snapshot_without_statistics": 1}
     r = collect_statistics(table)

@@ -33,6 +33,7 @@ from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
 from calving.ingest.metrics import metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
+from calving.ingest.sink.path_choice import PathChoice, choose_path
 
 if TYPE_CHECKING:
     from calving.ingest.maintain import Maintainer
@@ -141,6 +142,8 @@ class Pipeline:
     last_batch_id: int | None = None
     #: Inline maintenance (``[maintenance] inline = true``): a pass after a batch.
     maintainer: Maintainer | None = None
+    #: How records travel: fused read-decode-write tasks, or through Spark (shuffle).
+    path: PathChoice = field(default_factory=lambda: PathChoice("shuffle", "default"))
 
     def source_frame(self) -> Any:
         """The streaming DataFrame of the configured Kafka source, never reading below
@@ -151,7 +154,8 @@ class Pipeline:
             self.spark.dataSource.register(KafkaSource)
             _registered_sources.add(id(self.spark))
         reader = self.spark.readStream.format("calving-kafka")
-        for key, value in self.config.source.spark_options().items():
+        options = {**self.config.source.spark_options(), **self.path.source_options}
+        for key, value in options.items():
             reader = reader.option(key, value)
         self.table.refresh()
         ledger = self.table.ledger(self.config.sink.writer_id)
@@ -231,7 +235,15 @@ def build_pipeline(
         from calving.ingest.maintain import build_maintainer
 
         maintainer = build_maintainer(config, session)
-    return Pipeline(config, session, sink.table, sink, maintainer=maintainer)
+    path = path_for(config, sink.table)
+    log.info("records path: %s (%s)", path.path, path.reason)
+    return Pipeline(config, session, sink.table, sink, maintainer=maintainer, path=path)
+
+
+def path_for(config: CalvingConfig, table: Table) -> PathChoice:
+    """The ``[sink] path`` the pipeline takes for ``table`` (see ``path_choice``)."""
+    keyed = bool(table.metadata.schema.identifier_field_ids)
+    return choose_path(config.sink.path, config.source, config.format, keyed)
 
 
 def build_sink(
@@ -269,6 +281,7 @@ def build_sink(
         else None
     )
     sink_cfg = config.sink
+    path = path_for(config, table)
     return sink_class(
         table,
         functools.partial(build_decoder, config.format),
@@ -282,5 +295,7 @@ def build_sink(
         evolve_schema=sink_cfg.evolve_schema,
         on_batch=on_batch,
         metrics=metrics_for(config),
+        source_options=config.source.source_options() if path.path == "fused" else None,
+        keyed_path=path.path,
         **sink_options,
     )

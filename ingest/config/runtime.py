@@ -22,7 +22,10 @@ SINK_KEYS = (
     "key_partitions",
     "index_save_every",
     "evolve_schema",
+    "path",
 )
+#: ``[sink] path``: how records reach the writers (see ``calving.ingest.sink.path_choice``).
+SINK_PATHS = ("auto", "fused", "shuffle")
 SPARK_KEYS = ("master", "app_name", "conf")
 #: Below Kafka's default 1 MB message.max.bytes, with room for headers.
 DEFAULT_DEAD_LETTER_MAX_BYTES = 900_000
@@ -53,6 +56,9 @@ class SinkConfig:
     index_save_every: int = 20
     #: Add optional columns for unknown JSON fields of a single scalar kind.
     evolve_schema: bool = True
+    #: ``auto`` (fused read-decode-write tasks unless a key may span Kafka partitions),
+    #: ``fused`` or ``shuffle`` (records through Spark, keyed tables repartitioned by key).
+    path: str = "auto"
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
     def __repr__(self) -> str:
@@ -144,10 +150,17 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         key_partitions=s.integer("key_partitions", minimum=1),
         index_save_every=s.integer("index_save_every", 20, minimum=1) or 20,
         evolve_schema=s.boolean("evolve_schema", True),
+        path=_path(s),
         env_keys=s.env_names(),
     )
     s.finish()
     return config
+
+
+def _path(s: Section) -> str:
+    path = s.string("path", "auto", choices=SINK_PATHS, what="how records reach the writers")
+    assert path is not None
+    return path
 
 
 def parse_spark(s: Section | None) -> SparkConfig:

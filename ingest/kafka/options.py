@@ -26,6 +26,13 @@ STARTING_LEDGER = "calving.startingLedger"
 #: all retries included, before the query fails with ``KafkaUnavailableError``.
 CONNECT_TIMEOUT = "calving.connectTimeoutMs"
 DEFAULT_CONNECT_TIMEOUT_MS = 30_000
+#: ``records`` (default): one row per Kafka record, Spark's Kafka columns. ``ranges``: one
+#: row per planned offset range (``RANGE_COLUMNS``), for sinks that read the records
+#: themselves in the same task (calving's fused path): record bytes never enter the JVM.
+EMIT = "calving.emit"
+#: ``false`` keeps each topic-partition's range in one task whatever ``minPartitions``
+#: says (a keyed table's fused path: every key of a partition stays in one task).
+SPLIT_RANGES = "calving.splitRanges"
 
 _KAFKA_PREFIX = "kafka."
 _SUBSCRIPTION_KINDS = ("subscribe", "subscribePattern", "assign")
@@ -44,6 +51,8 @@ _KNOWN = {
         "fetchOffset.retryIntervalMs",
         STARTING_LEDGER,
         CONNECT_TIMEOUT,
+        EMIT,
+        SPLIT_RANGES,
     )
 }
 #: Consumer settings the source owns; Spark refuses the same ones.
@@ -101,6 +110,8 @@ class KafkaSourceOptions:
     fetch_offset_retries: int = 3
     fetch_offset_retry_interval_s: float = 0.01
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_MS / 1000
+    emit: Literal["records", "ranges"] = "records"
+    split_ranges: bool = True
 
     @property
     def read_committed(self) -> bool:
@@ -146,7 +157,18 @@ class KafkaSourceOptions:
             / 1000,
             connect_timeout_s=(_positive_int(opts, CONNECT_TIMEOUT) or DEFAULT_CONNECT_TIMEOUT_MS)
             / 1000,
+            emit=_emit(opts),
+            split_ranges=_bool(opts, SPLIT_RANGES, True),
         )
+
+
+def _emit(opts: Mapping[str, str]) -> Literal["records", "ranges"]:
+    raw = opts.get(EMIT.lower(), "records").strip().lower()
+    if raw == "records":
+        return "records"
+    if raw == "ranges":
+        return "ranges"
+    raise ConfigError(f"option {EMIT!r} must be records or ranges, got {raw!r}")
 
 
 def _parse_subscription(opts: Mapping[str, str]) -> Subscription:

@@ -83,6 +83,23 @@ def kafka_schema(include_headers: bool = False) -> StructType:
     return StructType(fields)
 
 
+#: The rows of ``calving.emit = ranges``: one per planned offset range ``[start, end)``.
+RANGE_COLUMNS = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("partition", IntegerType(), False),
+        StructField("start", LongType(), False),
+        StructField("end", LongType(), False),
+    ]
+)
+RANGE_ARROW_SCHEMA = to_arrow_schema(RANGE_COLUMNS)
+
+
+def source_schema(options: KafkaSourceOptions) -> StructType:
+    """The DataFrame columns the source yields with ``options``."""
+    return RANGE_COLUMNS if options.emit == "ranges" else kafka_schema(options.include_headers)
+
+
 def kafka_arrow_schema(include_headers: bool = False) -> pa.Schema:
     """The Arrow schema ``read()`` yields: exactly what PySpark checks batches against
     (timestamps as ``timestamp[us, tz=UTC]`` whatever the session time zone)."""
@@ -306,7 +323,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             )
             if first < until[tp]:
                 ranges.append(OffsetRange(tp[0], tp[1], first, until[tp]))
-        return [KafkaInputPartition(r) for r in split_ranges(ranges, self._options.min_partitions)]
+        split = self._options.min_partitions if self._options.split_ranges else None
+        return [KafkaInputPartition(r) for r in split_ranges(ranges, split)]
 
     def commit(self, end: dict) -> None:
         """Nothing to do: offsets live in Spark's checkpoint and in the table's ledger."""
@@ -318,6 +336,9 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaInputPartition)
+        if self._options.emit == "ranges":
+            r = partition.range
+            return iter([pa.RecordBatch.from_pylist([vars(r)], schema=RANGE_ARROW_SCHEMA)])
         return read_range(self._options, partition.range, self._arrow_schema)
 
 
@@ -330,7 +351,7 @@ class KafkaSource(DataSource):
 
     def schema(self) -> StructType:
         # Parsing here makes a bad option fail at load(), before the query starts.
-        return kafka_schema(KafkaSourceOptions.parse(self.options).include_headers)
+        return source_schema(KafkaSourceOptions.parse(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.parse(self.options))

@@ -83,7 +83,7 @@ def drop_committed(batch: pa.Table, ledger: Mapping[tuple[str, int], int]) -> pa
     return batch.filter(keep)
 
 
-class _Decoding:
+class Decoding:
     """Per task: decode batches, divert dead letters, gather unknown fields."""
 
     def __init__(self, plan: TaskPlan) -> None:
@@ -121,7 +121,7 @@ def decode_and_write_append(plan: TaskPlan) -> TaskFunction:
     def run(batches: Batches) -> Batches:
         io = plan.file_io()
         writer = plan.writer(io)
-        decoding = _Decoding(plan)
+        decoding = Decoding(plan)
         for rb in batches:
             rows = decoding.decode(rb)
             if rows is not None:
@@ -138,14 +138,14 @@ def decode_for_keyed(plan: TaskPlan, stage_schema: pa.Schema) -> TaskFunction:
 
     def run(batches: Batches) -> Batches:
         io = plan.file_io()
-        decoding = _Decoding(plan)
+        decoding = Decoding(plan)
         for rb in batches:
             rows = decoding.decode(rb)
             if rows is not None:
-                yield from _conform(rows, stage_schema).to_batches()
+                yield from conform(rows, stage_schema).to_batches()
         messages = decoding.finish(io)
         if messages:
-            yield _meta_rows(messages, stage_schema)
+            yield meta_rows(messages, stage_schema)
 
     return run
 
@@ -164,13 +164,13 @@ def collapse_and_write(plan: TaskPlan) -> TaskFunction:
         is_meta = pc.is_valid(data.column("_meta"))
         forwarded = [row_from_json(p) for p in data.filter(is_meta).column("_meta").to_pylist()]
         data = data.filter(pc.invert(is_meta)).drop_columns(["_meta"])
-        messages = _write_last_events(plan, data) if data.num_rows else []
+        messages = write_last_events(plan, data) if data.num_rows else []
         yield message_batch([*forwarded, *messages])
 
     return run
 
 
-def _write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
+def write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
     schema = plan.metadata().schema
     keys = [schema.column_name(i) for i in schema.identifier_field_ids]
     data = data.sort_by(
@@ -204,7 +204,7 @@ def keyed_stage_schema(metadata: TableMetadata) -> pa.Schema:
     return pa.schema([pa.field(f.name, f.type, True) for f in base] + extra)
 
 
-def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
+def conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     cols = [
         rows.column(f.name).cast(f.type)
         if f.name in rows.column_names
@@ -214,9 +214,7 @@ def _conform(rows: pa.Table, schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(cols, schema=schema)
 
 
-def _meta_rows(
-    messages: Sequence[Message | Mapping[str, Any]], schema: pa.Schema
-) -> pa.RecordBatch:
+def meta_rows(messages: Sequence[Message | Mapping[str, Any]], schema: pa.Schema) -> pa.RecordBatch:
     """Stage-1 rows carrying ``messages`` (or rows already encoded) in ``_meta``."""
     rows = message_batch(messages).to_pylist()
     n = len(rows)
@@ -231,10 +229,14 @@ def _meta_rows(
 
 __all__ = [
     "MESSAGE_SCHEMA",
+    "Decoding",
     "TaskPlan",
     "collapse_and_write",
+    "conform",
     "decode_and_write_append",
     "decode_for_keyed",
     "drop_committed",
     "keyed_stage_schema",
+    "meta_rows",
+    "write_last_events",
 ]

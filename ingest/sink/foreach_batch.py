@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from calving.commit.errors import CalvingError
 from calving.commit.spec.metadata import serialize_metadata
@@ -22,6 +23,8 @@ from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import primitive_from_string
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
 from calving.commit.table.table import Table
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.source import RANGE_COLUMNS
 from calving.ingest.sink.coordinator import BatchStats, Coordinator, ParsedMessages, parse_messages
 from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES, DeadLetterTarget
 from calving.ingest.sink.executor import (
@@ -32,6 +35,7 @@ from calving.ingest.sink.executor import (
     decode_for_keyed,
     keyed_stage_schema,
 )
+from calving.ingest.sink.fused import fused_append, fused_keyed, read_and_decode_for_keyed
 from calving.ingest.sink.messages import Coordinates
 from calving.ingest.sink.spark_types import spark_schema
 
@@ -81,6 +85,8 @@ class CalvingSink:
         dead_letter_max_bytes: int = DEFAULT_TOPIC_MAX_BYTES,
         on_batch: Callable[[BatchStats], None] | None = None,
         metrics: SinkMetrics | None = None,
+        source_options: KafkaSourceOptions | None = None,
+        keyed_path: str = "fused",
     ) -> None:
         self.coordinator = Coordinator(
             table,
@@ -100,6 +106,14 @@ class CalvingSink:
         self.on_batch = on_batch
         self.metrics = metrics  # calving.ingest.metrics: endpoint figures and a JSON line per batch
         self._decoder: tuple[int, Any] | None = None
+        #: The ``calving-kafka`` options of a ``calving.emit = ranges`` DataFrame: the
+        #: fused tasks read the records themselves.
+        self.source_options = source_options
+        if keyed_path not in ("fused", "shuffle"):
+            raise CalvingError(f"keyed_path must be fused or shuffle, got {keyed_path!r}")
+        #: How a ranges DataFrame reaches a keyed table: ``fused`` until a batch shows a
+        #: key in two tasks, then ``shuffle`` for good.
+        self.keyed_path = keyed_path
 
     @property
     def table(self) -> Table:
@@ -185,22 +199,63 @@ class CalvingSink:
     def _write(
         self, df: Any, batch_id: int, already_sent: frozenset[Coordinates] = frozenset()
     ) -> ParsedMessages:
+        if is_range_frame(df):
+            return self._write_ranges(df, batch_id, already_sent)
         plan = self._plan(batch_id, already_sent)
         metadata = self.table.metadata
         messages_type = spark_schema(MESSAGE_SCHEMA)
         if metadata.schema.identifier_field_ids:
             stage = keyed_stage_schema(metadata)
             decoded = df.mapInArrow(decode_for_keyed(plan, stage), spark_schema(stage))
-            keys = [metadata.schema.column_name(i) for i in metadata.schema.identifier_field_ids]
-            n = self.key_partitions or int(
-                df.sparkSession.conf.get("spark.sql.shuffle.partitions", "2")
-            )
-            out = decoded.repartition(n, *keys).mapInArrow(collapse_and_write(plan), messages_type)
+            out = self._shuffle(decoded, plan)
         else:
             out = df.mapInArrow(decode_and_write_append(plan), messages_type)
-        rows = out.collect()
-        messages = pa.Table.from_pylist([r.asDict() for r in rows], schema=MESSAGE_SCHEMA)
-        return parse_messages(messages)
+        return _collect(out)
+
+    def _write_ranges(
+        self, df: Any, batch_id: int, already_sent: frozenset[Coordinates]
+    ) -> ParsedMessages:
+        """The fused path: tasks read their own ranges (``calving.ingest.sink.fused``)."""
+        if self.source_options is None:
+            raise CalvingError(
+                "a calving.emit=ranges DataFrame needs CalvingSink(source_options=...): the "
+                "tasks read the records themselves"
+            )
+        options = self.source_options
+        plan = self._plan(batch_id, already_sent)
+        messages_type = spark_schema(MESSAGE_SCHEMA)
+        schema = self.table.metadata.schema
+        if not schema.identifier_field_ids:
+            return _collect(df.mapInArrow(fused_append(plan, options), messages_type))
+        if self.keyed_path == "fused":
+            parsed = _collect(df.mapInArrow(fused_keyed(plan, options), messages_type))
+            spread = keys_in_two_tasks(parsed, schema)
+            if spread is None:
+                return parsed
+            log.warning(
+                "batch %d: key %s was written by two tasks (a key spans Kafka partitions); "
+                "the stream takes the shuffle path from now on",
+                batch_id,
+                spread,
+            )
+            _forget(self.table, parsed)
+            self.keyed_path = "shuffle"
+            plan = self._plan(batch_id, already_sent | frozenset(parsed.dead_letters_sent))
+        stage = keyed_stage_schema(self.table.metadata)
+        decoded = df.mapInArrow(
+            read_and_decode_for_keyed(plan, options, stage), spark_schema(stage)
+        )
+        return _collect(self._shuffle(decoded, plan))
+
+    def _shuffle(self, decoded: Any, plan: TaskPlan) -> Any:
+        """Stage 2 of the shuffle path: rows repartitioned by key, collapsed and written."""
+        schema = self.table.metadata.schema
+        keys = [schema.column_name(i) for i in schema.identifier_field_ids]
+        n = self.key_partitions or int(
+            decoded.sparkSession.conf.get("spark.sql.shuffle.partitions", "2")
+        )
+        messages_type = spark_schema(MESSAGE_SCHEMA)
+        return decoded.repartition(n, *keys).mapInArrow(collapse_and_write(plan), messages_type)
 
     def _evolve(self, unknown: Mapping[str, set[str]]) -> bool:
         add = []
@@ -217,6 +272,39 @@ class CalvingSink:
         self.table.commit_or_raise(UpdateSchema(add=tuple(add)))
         log.info("schema evolved: added %s", ", ".join(c.name for c in add))
         return True
+
+
+def _collect(out: Any) -> ParsedMessages:
+    """The message rows the driver collects, parsed."""
+    rows = out.collect()
+    messages = pa.Table.from_pylist([r.asDict() for r in rows], schema=MESSAGE_SCHEMA)
+    return parse_messages(messages)
+
+
+def is_range_frame(df: Any) -> bool:
+    """True for a ``calving.emit = ranges`` DataFrame (one row per offset range)."""
+    return [f.name for f in df.schema.fields] == [f.name for f in RANGE_COLUMNS.fields]
+
+
+def keys_in_two_tasks(parsed: ParsedMessages, schema: Schema) -> str | None:
+    """A key that more than one fused task wrote or deleted, shown, or None.
+
+    Each fused task keeps one event per key, so within a batch a key written (or deleted)
+    twice was seen by two tasks: its events were not all in one Kafka partition, and the
+    order between them is unknown."""
+    tables = [keys for _, keys in parsed.files if keys is not None and keys.num_rows]
+    tables += [keys for keys in parsed.delete_keys if keys.num_rows]
+    if len(tables) < 2:
+        return None
+    names = [schema.column_name(i) for i in schema.identifier_field_ids]
+    every = pa.concat_tables([t.select(names) for t in tables], promote_options="permissive")
+    counts = every.group_by(names, use_threads=False).aggregate([([], "count_all")])
+    twice = counts.filter(pc.greater(counts.column("count_all"), 1))
+    if twice.num_rows == 0:
+        return None
+    return ", ".join(
+        f"{k}={v!r}" for k, v in twice.slice(0, 1).to_pylist()[0].items() if k in names
+    )
 
 
 def _forget(table: Table, parsed: ParsedMessages) -> None:

@@ -34,10 +34,10 @@ from calving.ingest.sink.executor import (
     Batches,
     TaskFunction,
     TaskPlan,
-    _conform,
-    _meta_rows,
     collapse_and_write,
+    conform,
     keyed_stage_schema,
+    meta_rows,
 )
 from calving.ingest.sink.foreach_batch import CalvingSink
 from calving.ingest.sink.messages import DataFileWritten, Message, RowsSeen, encode
@@ -268,8 +268,8 @@ def rows_for_keyed(options: RowsOptions, stage_schema: pa.Schema) -> TaskFunctio
             for name in META_COLUMNS:
                 t = t.append_column(name, meta[name])
             seen += n
-            yield from _conform(t, stage_schema).to_batches()
-        yield _meta_rows([RowsSeen(seen)], stage_schema)
+            yield from conform(t, stage_schema).to_batches()
+        yield meta_rows([RowsSeen(seen)], stage_schema)
 
     return run
 
@@ -285,7 +285,7 @@ def rows_append(plan: TaskPlan, options: RowsOptions) -> TaskFunction:
         for rb in batches:
             t = pa.Table.from_batches([rb])
             seen += t.num_rows
-            writer.write(_conform(t, columns))
+            writer.write(conform(t, columns))
         messages: list[Message] = [DataFileWritten(w.data_file) for w in writer.close()]
         yield encode([*messages, RowsSeen(seen)])
 

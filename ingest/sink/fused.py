@@ -1,0 +1,104 @@
+"""The fused path: one Python task per planned Kafka range reads its records with
+confluent-kafka, decodes them, collapses them per key (keyed tables) and writes the
+Parquet files, returning only commit messages to the driver.
+
+Its input is the ``calving.emit = ranges`` DataFrame of the ``calving-kafka`` source: one
+small row per offset range, planned on the driver exactly as the records source plans
+them (admission control, the table's ledger, ``failOnDataLoss``). Record bytes never
+enter the JVM. A keyed table may take this path only when every key lives in one task's
+ranges (one Kafka partition, ranges not split); ``foreach_batch`` checks that on every
+batch and falls back to the shuffle path (``read_and_decode_for_keyed``, then a
+repartition by key) when a key turns up in two tasks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+
+from calving.ingest.decode.batch import META_COLUMNS
+from calving.ingest.kafka.offsets import OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.source import kafka_arrow_schema
+from calving.ingest.sink.executor import (
+    Batches,
+    Decoding,
+    TaskFunction,
+    TaskPlan,
+    conform,
+    encode,
+    keyed_stage_schema,
+    meta_rows,
+    write_last_events,
+)
+from calving.ingest.sink.messages import DataFileWritten, Message
+
+
+def _records(options: KafkaSourceOptions, ranges: Batches) -> Iterator[pa.RecordBatch]:
+    """The Kafka records (Spark's Kafka columns) of every range row in ``ranges``."""
+    schema = kafka_arrow_schema(options.include_headers)
+    for rb in ranges:
+        for r in rb.to_pylist():
+            span = OffsetRange(r["topic"], int(r["partition"]), int(r["start"]), int(r["end"]))
+            yield from read_range(options, span, schema)
+
+
+def fused_append(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
+    """Append tables: read, decode and write in one task."""
+
+    def run(ranges: Batches) -> Batches:
+        io = plan.file_io()
+        writer = plan.writer(io)
+        decoding = Decoding(plan)
+        for rb in _records(options, ranges):
+            rows = decoding.decode(rb)
+            if rows is not None:
+                writer.write(rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names]))
+        messages: list[Message] = [DataFileWritten(w.data_file) for w in writer.close()]
+        yield encode(messages + decoding.finish(io))
+
+    return run
+
+
+def fused_keyed(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
+    """Keyed tables whose keys each live in one task: read, decode, keep each key's
+    last event in Kafka order and write, in one task."""
+
+    def run(ranges: Batches) -> Batches:
+        io = plan.file_io()
+        decoding = Decoding(plan)
+        stage = keyed_stage_schema(plan.metadata())
+        stage = stage.remove(stage.get_field_index("_meta"))
+        parts = []
+        for rb in _records(options, ranges):
+            rows = decoding.decode(rb)
+            if rows is not None:
+                parts.append(conform(rows, stage))
+        messages: list[Message] = []
+        if parts:
+            messages = write_last_events(plan, pa.concat_tables(parts))
+        yield encode(messages + decoding.finish(io))
+
+    return run
+
+
+def read_and_decode_for_keyed(
+    plan: TaskPlan, options: KafkaSourceOptions, stage_schema: pa.Schema
+) -> TaskFunction:
+    """The shuffle path's first stage from range rows: read and decode in one task,
+    rows shaped for the repartition by key (as ``decode_for_keyed``)."""
+
+    def run(ranges: Batches) -> Batches:
+        io = plan.file_io()
+        decoding = Decoding(plan)
+        for rb in _records(options, ranges):
+            rows = decoding.decode(rb)
+            if rows is not None:
+                yield from conform(rows, stage_schema).to_batches()
+        messages = decoding.finish(io)
+        if messages:
+            yield meta_rows(messages, stage_schema)
+
+    return run

@@ -68,6 +68,7 @@ class DriverConfig:
     go_file: str = ""  # start Spark, print "ready", wait for this file, then run
     warmup: bool = False  # run a warm-up job first (always done by a standby)
     mutation: str = ""  # a deliberately broken build (tests.faults.mutations), driver only
+    path: str = "fused"  # [sink] path: fused (the source emits ranges) or shuffle
 
     def to_json(self) -> str:
         return json.dumps(self.__dict__, sort_keys=True)
@@ -196,6 +197,7 @@ def run(cfg: DriverConfig) -> int:
     from tests.faults.catalogs import IDENT, CatalogSpec
     from tests.faults.history import HistoryRecorder
     from tests.support.spark import local_session
+    from tests.support.streams import use_path
 
     spark = local_session(f"calving-faults-{cfg.label or cfg.writer}")
     spark.dataSource.register(KafkaSource)
@@ -255,18 +257,19 @@ def run(cfg: DriverConfig) -> int:
 
     sink.on_batch = report
 
-    reader = (
-        spark.readStream.format("calving-kafka")
-        .option("kafka.bootstrap.servers", cfg.bootstrap)
-        .option("subscribe", cfg.topic)
-        .option("startingOffsets", "earliest")
-    )
+    options = {
+        "kafka.bootstrap.servers": cfg.bootstrap,
+        "subscribe": cfg.topic,
+        "startingOffsets": "earliest",
+    }
     ledger = read_ledger(table.metadata, cfg.writer)
     if cfg.from_ledger and ledger:
-        reader = reader.option("calving.startingLedger", json.dumps(offsets_to_json(ledger)))
+        options["calving.startingLedger"] = json.dumps(offsets_to_json(ledger))
     if cfg.max_offsets:
-        reader = reader.option("maxOffsetsPerTrigger", str(cfg.max_offsets))
-    for key, value in cfg.source_options.items():
+        options["maxOffsetsPerTrigger"] = str(cfg.max_offsets)
+    options.update(cfg.source_options)
+    reader = spark.readStream.format("calving-kafka")
+    for key, value in use_path(sink, options, cfg.path).items():
         reader = reader.option(key, value)
     df = reader.load()
     _log_phase("source loaded")

@@ -220,8 +220,11 @@ class Driver:
 class StreamHarness:
     """One keyed table in one catalog, one broker, the drivers run on them."""
 
-    def __init__(self, ctx: Context, broker: Any, kind: str = "sqlite") -> None:
+    def __init__(
+        self, ctx: Context, broker: Any, kind: str = "sqlite", path: str = "fused"
+    ) -> None:
         self.ctx = ctx
+        self.path = path  # the drivers' [sink] path: fused (default) or shuffle
         self.dir = ctx.workdir
         self.broker = broker
         self.spec: CatalogSpec = make_spec(kind, self.dir, ctx.pg_url)
@@ -269,7 +272,7 @@ class StreamHarness:
             history=str(self.history),
             label=label,
             go_file=str(self.dir / f"go-{label}") if standby else "",
-            **kw,
+            **{"path": self.path, **kw},
         )
         d = Driver(cfg, self.dir / f"driver-{len(self.drivers)}-{label}.log")
         self.drivers.append(d)
@@ -391,13 +394,13 @@ def _ends(topic: str, *parts: Mapping[int, int]) -> dict[tuple[str, int], int]:
 
 
 def _with_broker(
-    body: Callable[[StreamHarness], None], kind: str = "sqlite"
+    body: Callable[[StreamHarness], None], kind: str = "sqlite", path: str = "fused"
 ) -> Callable[[Context], ScenarioResult]:
     def run(ctx: Context) -> ScenarioResult:
         from calving.ingest.kafka.broker import EmbeddedBroker
 
         with EmbeddedBroker(log_path=ctx.workdir / "tansu.log") as broker:
-            h = StreamHarness(ctx, broker, kind)
+            h = StreamHarness(ctx, broker, kind, path)
             try:
                 body(h)
             finally:
@@ -786,6 +789,27 @@ for _point in POINTS:
             needs=NEEDS,
         )
     )
+# The shuffle path (records through Spark, repartitioned by key) keeps a crash, a
+# re-split replay and the broken build in the CI subset.
+for _point in ("before-swap", "after-swap-before-checkpoint"):
+    register(
+        Scenario(
+            f"stream-crash/{_point}/shuffle",
+            "stream-crash",
+            _with_broker(crash_scenario(_point, QUICK_SIZE), path="shuffle"),
+            quick=_point == "before-swap",
+            needs=NEEDS,
+        )
+    )
+register(
+    Scenario(
+        "resplit/shuffle",
+        "resplit",
+        _with_broker(resplit_scenario(QUICK_SIZE), path="shuffle"),
+        quick=True,
+        needs=NEEDS,
+    )
+)
 for _point in ("before-swap", "after-swap-before-checkpoint"):
     register(
         Scenario(

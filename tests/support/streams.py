@@ -1,5 +1,6 @@
 """Running a calving stream in tests: the calving-kafka source into a CalvingSink,
-drained with ``trigger(availableNow=True)``."""
+drained with ``trigger(availableNow=True)``, on the fused path (the default: the source
+emits offset ranges and the sink's tasks read them) or the shuffle path (records)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,11 @@ from typing import Any
 
 from calving.commit.table.ledger import read_ledger
 from calving.ingest.kafka.offsets import offsets_to_json
+from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.foreach_batch import CalvingSink
+from calving.ingest.sink.path_choice import PathChoice
+
+PATHS = ("fused", "shuffle")
 
 _registered: set[int] = set()
 
@@ -20,25 +25,44 @@ def kafka_stream(
     *,
     starting_ledger: dict[tuple[str, int], int] | None = None,
     max_offsets_per_trigger: int | None = None,
+    sink: CalvingSink | None = None,
+    path: str = "shuffle",
 ) -> Any:
+    """The source's DataFrame; ``path = "fused"`` (with the ``sink``) emits ranges."""
     from calving.ingest.kafka.source import KafkaSource
 
     if id(spark) not in _registered:
         spark.dataSource.register(KafkaSource)
         _registered.add(id(spark))
-    reader = (
-        spark.readStream.format("calving-kafka")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", "earliest")
-    )
+    options = {
+        "kafka.bootstrap.servers": bootstrap,
+        "subscribe": topic,
+        "startingOffsets": "earliest",
+    }
     if starting_ledger:
-        reader = reader.option(
-            "calving.startingLedger", json.dumps(offsets_to_json(starting_ledger))
-        )
+        options["calving.startingLedger"] = json.dumps(offsets_to_json(starting_ledger))
     if max_offsets_per_trigger:
-        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets_per_trigger))
+        options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
+    if sink is not None:
+        options = use_path(sink, options, path)
+    reader = spark.readStream.format("calving-kafka")
+    for key, value in options.items():
+        reader = reader.option(key, value)
     return reader.load()
+
+
+def use_path(sink: CalvingSink, options: dict[str, str], path: str) -> dict[str, str]:
+    """The source options for ``path``; on the fused path the sink reads the ranges
+    itself, with these options."""
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path == "shuffle":
+        return options
+    keyed = bool(sink.table.metadata.schema.identifier_field_ids)
+    options = {**options, **PathChoice("fused", "tests", keyed).source_options}
+    sink.source_options = KafkaSourceOptions.parse(options)
+    sink.keyed_path = "fused"
+    return options
 
 
 def drain(
@@ -50,6 +74,7 @@ def drain(
     *,
     max_offsets_per_trigger: int | None = None,
     timeout: float = 600,
+    path: str = "fused",
 ) -> None:
     """Run the stream until everything available now is committed."""
     sink.table.refresh()
@@ -60,6 +85,8 @@ def drain(
         topic,
         starting_ledger=ledger,
         max_offsets_per_trigger=max_offsets_per_trigger,
+        sink=sink,
+        path=path,
     )
     query = (
         df.writeStream.foreachBatch(sink)

@@ -15,7 +15,7 @@ from calving.ingest.decode import JsonValueDecoder
 from calving.ingest.kafka.producer import produce
 from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
-from tests.support.streams import drain
+from tests.support.streams import PATHS, drain
 
 pytestmark = pytest.mark.integration
 
@@ -45,8 +45,9 @@ def _sink(table: Table, writer: str = "w1", **kw) -> CalvingSink:
     return CalvingSink(table, lambda schema: JsonValueDecoder(schema), writer, **kw)
 
 
+@pytest.mark.parametrize("path", PATHS)
 def test_append_json_exactly_the_produced_records(
-    spark, broker, make_topic, sqlite_catalog, tmp_path
+    path, spark, broker, make_topic, sqlite_catalog, tmp_path
 ):
     topic = make_topic(partitions=4)
     n = 5000
@@ -60,6 +61,7 @@ def test_append_json_exactly_the_produced_records(
         sink,
         str(tmp_path / "ckpt"),
         max_offsets_per_trigger=2000,
+        path=path,
     )
     table.refresh()
     assert read_ledger(table.metadata, "w1") == {(topic, p): e for p, e in ends.items()}

@@ -11,7 +11,7 @@ from calving.ingest.kafka.producer import produce
 from calving.ingest.sink.foreach_batch import CalvingSink
 from tests.support.cdc import COLUMNS, SCHEMA, cdc_events
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
-from tests.support.streams import drain
+from tests.support.streams import PATHS, drain
 
 pytestmark = pytest.mark.integration
 
@@ -20,8 +20,9 @@ def _sink(table: Table, **kw) -> CalvingSink:
     return CalvingSink(table, lambda schema: DebeziumDecoder(schema), "cdc", **kw)
 
 
+@pytest.mark.parametrize("path", PATHS)
 def test_debezium_updates_and_deletes_become_deletion_vectors(
-    spark, broker, make_topic, sqlite_catalog, tmp_path
+    path, spark, broker, make_topic, sqlite_catalog, tmp_path
 ):
     topic = make_topic(partitions=3)
     stream = cdc_events(keys=300, events=3000, partitions=3)
@@ -36,6 +37,7 @@ def test_debezium_updates_and_deletes_become_deletion_vectors(
         sink,
         str(tmp_path / "ckpt"),
         max_offsets_per_trigger=700,
+        path=path,
     )
     table.refresh()
     assert pyiceberg_rows(table.metadata_location, COLUMNS) == expected
@@ -52,18 +54,20 @@ def test_debezium_updates_and_deletes_become_deletion_vectors(
     assert index is not None and len(index) == len(expected)
 
 
+@pytest.mark.parametrize("path", PATHS)
 def test_restart_catches_the_index_up_and_stays_exact(
-    spark, broker, make_topic, sqlite_catalog, tmp_path
+    path, spark, broker, make_topic, sqlite_catalog, tmp_path
 ):
     topic = make_topic(partitions=2)
     stream = cdc_events(keys=200, events=1500, partitions=2, seed=11)
     first, second = stream.records[:800], stream.records[800:]
     produce(broker.bootstrap_servers, topic, first)
     table = create_table(sqlite_catalog, ("db", "cdc2"), SCHEMA)
-    drain(spark, broker.bootstrap_servers, topic, _sink(table), str(tmp_path / "ckpt"))
+    ckpt = str(tmp_path / "ckpt")
+    drain(spark, broker.bootstrap_servers, topic, _sink(table), ckpt, path=path)
     produce(broker.bootstrap_servers, topic, second)
     # A new sink (as after a driver restart): loads the saved index, catches it up.
-    drain(spark, broker.bootstrap_servers, topic, _sink(table), str(tmp_path / "ckpt"))
+    drain(spark, broker.bootstrap_servers, topic, _sink(table), ckpt, path=path)
     table.refresh()
     expected = stream.expected
     assert pyiceberg_rows(table.metadata_location, COLUMNS) == expected

@@ -39,7 +39,7 @@ from calving.ingest.sink.executor import (
     keyed_stage_schema,
     meta_rows,
 )
-from calving.ingest.sink.foreach_batch import CalvingSink
+from calving.ingest.sink.foreach_batch import CalvingSink, is_range_frame
 from calving.ingest.sink.messages import DataFileWritten, Message, RowsSeen, encode
 from calving.ingest.sink.spark_types import spark_schema
 from calving.ingest.write.arrow_schema import schema_to_arrow
@@ -117,7 +117,7 @@ class RowsSink(CalvingSink):
         return KAFKA_COLUMNS <= set(columns) and not KAFKA_COLUMNS & table_columns
 
     def _parse_batch(self, df: Any, batch_id: int) -> ParsedMessages:
-        if self.is_kafka_input(df.columns):
+        if is_range_frame(df) or self.is_kafka_input(df.columns):
             return super()._parse_batch(df, batch_id)
         return self._write_rows(df, batch_id)
 

@@ -16,7 +16,7 @@ from calving.commit.errors import ConfigError, SchemaError, StaleWriterError
 from calving.ingest.kafka.producer import produce
 from tests.ingest.conftest import REPO_ROOT
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
-from tests.support.streams import kafka_stream
+from tests.support.streams import PATHS, kafka_stream
 
 COLUMNS = [
     {"name": "id", "type": "long", "required": True},
@@ -44,7 +44,8 @@ def _frame(spark, rows, partitions=1):
 
 
 @pytest.mark.integration
-def test_kafka_columns_from_calving_source(spark, broker, make_topic, tmp_path):
+@pytest.mark.parametrize("path", PATHS)
+def test_kafka_columns_from_calving_source(path, spark, broker, make_topic, tmp_path):
     topic = make_topic(partitions=2)
     records = [
         (i % 2, str(i).encode(), json.dumps({"id": i, "name": f"n{i}", "amount": i / 4}).encode())
@@ -53,7 +54,7 @@ def test_kafka_columns_from_calving_source(spark, broker, make_topic, tmp_path):
     produce(broker.bootstrap_servers, topic, [(*r, None) for r in records])
     with calving.sink(**_args(tmp_path, table="db.events", format="json")) as sink:
         query = (
-            kafka_stream(spark, broker.bootstrap_servers, topic)
+            kafka_stream(spark, broker.bootstrap_servers, topic, sink=sink, path=path)
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(tmp_path / "ckpt"))
             .trigger(availableNow=True)

@@ -130,6 +130,15 @@ class CommitSwapLostError(CommitError, Transient, Cleanable):
     """
 
 
+class TableMovedError(CommitSwapLostError):
+    """A multi-table commit's check-and-put found ``ident`` at another metadata location:
+    the whole transaction was rolled back, nothing committed."""
+
+    def __init__(self, ident: tuple[str, ...], message: str) -> None:
+        super().__init__(message)
+        self.ident = ident
+
+
 class CommitConflictError(CommitError, Terminal, Cleanable):
     """Validation against the refreshed table failed: the change can no longer apply."""
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import abc
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from calving.commit.errors import InvalidIdentifierError, NamespaceAlreadyExistsError
@@ -101,6 +102,17 @@ def table_location_of(metadata_location: str) -> str:
     """``<table>/metadata/<file>`` -> ``<table>``."""
     directory = os.path.dirname(metadata_location)
     return os.path.dirname(directory) if os.path.basename(directory) == "metadata" else directory
+
+
+@dataclass(frozen=True)
+class TableSwap:
+    """One table's part of a multi-table commit: make ``location`` (to be written with
+    ``payload``) the table's current metadata if ``expected`` still is."""
+
+    ident: TableIdent
+    expected: str
+    location: str
+    payload: bytes = field(repr=False)
 
 
 class Catalog(abc.ABC):
@@ -214,6 +226,22 @@ class Catalog(abc.ABC):
     @abc.abstractmethod
     def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
         """Atomic check-and-put of an already written metadata file's location."""
+
+    #: Whether ``commit_many`` swaps several tables in one catalog transaction.
+    supports_multi_table_commit: bool = False
+
+    def commit_many(self, swaps: Sequence[TableSwap]) -> None:
+        """Write every swap's metadata file, then make all of them current in one catalog
+        transaction, or none. Outcomes as ``commit_metadata``'s, for the whole set: a
+        ``TableMovedError`` (a ``CommitSwapLostError``) names the first table whose
+        metadata moved on (nothing committed, the new files removed); an unknown outcome
+        keeps the files. Catalogs that cannot (a filesystem catalog) refuse."""
+        from calving.commit.errors import UnsupportedFeatureError
+
+        raise UnsupportedFeatureError(
+            f"catalog {self.name} ({type(self).__name__}) cannot commit several tables in one "
+            "transaction; commit them one by one"
+        )
 
     # ------------------------------------------------------------ lifecycle
 

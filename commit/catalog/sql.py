@@ -32,7 +32,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
@@ -43,6 +43,7 @@ from calving.commit.catalog.base import (
     Catalog,
     Namespace,
     TableIdent,
+    TableSwap,
     check_ident,
     ident_name,
     namespace_from_string,
@@ -457,6 +458,14 @@ class SqlCatalog(Catalog):
         except (CommitSwapLostError, CatalogUnavailableError, NoSuchTableError):
             self._discard(new_location)  # certainly not committed: nobody refers to it
             raise
+
+    supports_multi_table_commit = True
+
+    def commit_many(self, swaps: Sequence[TableSwap]) -> None:
+        """Several tables' swaps in one database transaction (``sql_many``)."""
+        from calving.commit.catalog.sql_many import commit_many
+
+        commit_many(self, swaps)
 
     def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
         check_ident(ident)

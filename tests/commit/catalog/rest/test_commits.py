@@ -17,7 +17,7 @@ from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
 from calving.commit.catalog.rest.service import CatalogService
-from calving.commit.catalog.rest.transaction import swap_all
+from calving.commit.catalog.rest.transaction import table_swap
 from calving.commit.errors import CommitSwapLostError
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.table import Table
@@ -149,15 +149,14 @@ def test_one_moved_row_rolls_back_the_whole_swap(shared):
     service = CatalogService(shared)
     body = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"tx": "1"}}]}
     prepared = [service.prepare(t.ident, body) for t in (first, second)]
-    shared.io.write_many([(p.new_location, p.data) for p in prepared])
     second.commit(UpdateProperties({"moved": "yes"}))
     with pytest.raises(CommitSwapLostError, match="db.b"):
-        swap_all(shared, prepared)
+        shared.commit_many([table_swap(p) for p in prepared])
     assert shared.load_metadata_location(first.ident) == first.metadata_location
     assert Table.load(shared, second.ident).metadata.properties["moved"] == "yes"
+    assert not any(shared.io.exists(p.new_location) for p in prepared)  # rolled back: gone
     again = service.prepare(first.ident, body)  # the loser re-prepares from fresh metadata
-    shared.io.write(again.new_location, again.data)
-    swap_all(shared, [again])
+    shared.commit_many([table_swap(again)])
     assert Table.load(shared, first.ident).metadata.properties["tx"] == "1"
 
 

@@ -10,8 +10,9 @@ After a failed transaction:
   (under its ``commit.retry.*`` policy); the other tables' tries stay staged and the
   transaction is tried again. So a conflict on one table is retried for that table
   without giving up the atomicity of the others.
-* the catalog could not be reached: nothing committed; every table is refreshed and
-  rebuilt, as a lost swap.
+* the catalog could not be reached, or lost the race without naming the table (a REST
+  catalog's 409): nothing committed; every table is refreshed and rebuilt, as a lost
+  swap.
 * an unknown outcome: every table is read back. All found landed: committed. None:
   certainly absent, rebuilt on what was read and tried again (still through every
   row's check-and-put). Some but not all would mean the catalog is not transactional:
@@ -36,6 +37,7 @@ from calving.commit.errors import (
     CatalogUnavailableError,
     CommitConflictError,
     CommitStateUnknownError,
+    CommitSwapLostError,
     TableMovedError,
     UnsupportedFeatureError,
 )
@@ -174,8 +176,8 @@ def _after_failed_swap(
         return _after_unknown(catalog, io, parts, live, error, sleep)
     if isinstance(error, TableMovedError):
         moved = [p for p in live if p.ident == tuple(error.ident)]
-    elif isinstance(error, CatalogUnavailableError):
-        moved = list(live)
+    elif isinstance(error, CommitSwapLostError | CatalogUnavailableError):
+        moved = list(live)  # a catalog that does not say which table moved (REST: 409)
     else:
         for p in live:
             p.drop_try()

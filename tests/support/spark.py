@@ -33,4 +33,7 @@ def local_session(app_name: str) -> Any:
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
+    from calving.ingest.pipeline import use_fast_checkpoint_manager
+
+    use_fast_checkpoint_manager(session)  # as ``calving run`` does
     return session

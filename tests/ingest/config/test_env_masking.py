@@ -82,6 +82,7 @@ CASES = [
     ("sink.key_partitions", S, "sink.key_partitions"),
     ("sink.index_save_every", S, "sink.index_save_every"),
     ("sink.evolve_schema", S, "sink.evolve_schema"),
+    ("sink.path", S, "sink.path"),
     ("spark", {"master": S}, "spark.master"),
     ("spark", {"app_name": "   "}, "spark.app_name"),
     ("spark", {"conf": {"spark.executor.cores": S}}, 'spark.conf."spark.executor.cores"'),

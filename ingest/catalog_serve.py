@@ -3,6 +3,10 @@
     calving catalog serve (--config F | --catalog URL --warehouse W)
                           [--host 127.0.0.1] [--port 8181] [--token-env NAME]
 
+``--client-credential-env NAME`` also issues OAuth2 tokens (``POST /v1/oauth/tokens``,
+client credentials ``client_id:client_secret`` from ``$NAME``, lifetime ``--token-ttl``)
+and accepts them as bearer tokens until they expire.
+
 ``--config`` takes ``table.catalog``, ``table.warehouse``, ``table.catalog_name`` and
 ``[table.io]`` from a pipeline config; ``--catalog`` is a SQLAlchemy URL (SQLite or
 PostgreSQL). With ``--token-env NAME`` every request must carry ``Authorization:
@@ -20,11 +24,14 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calving.commit.catalog.sql import SqlCatalog
 from calving.commit.errors import ConfigError
 from calving.ingest.errors import Secrets
+
+if TYPE_CHECKING:
+    from calving.commit.catalog.rest.tokens import TokenIssuer
 
 DEFAULT_PORT = 8181
 
@@ -54,6 +61,11 @@ def add_parsers(sub: Any) -> None:
     serve.add_argument("--token-env", metavar="NAME",
                        help="require the bearer token held in environment variable NAME")  # fmt: skip
     serve.add_argument("--prefix", help="also serve the routes under /v1/PREFIX/ and advertise it")
+    serve.add_argument("--client-credential-env", metavar="NAME",
+                       help="issue OAuth2 tokens (POST /v1/oauth/tokens) to the client whose "
+                       "client_id:client_secret is in environment variable NAME")  # fmt: skip
+    serve.add_argument("--token-ttl", type=float, default=3600.0, metavar="SECONDS",
+                       help="lifetime of issued OAuth2 tokens (3600)")  # fmt: skip
 
 
 def main(args: argparse.Namespace, secrets: Secrets) -> int:
@@ -61,10 +73,16 @@ def main(args: argparse.Namespace, secrets: Secrets) -> int:
     from calving.commit.catalog.rest.service import CatalogService
 
     logging.getLogger("calving.rest").setLevel(logging.DEBUG if args.verbose else logging.INFO)
-    token = _token(args.token_env, secrets)
+    token = _token(args.token_env, secrets, "--token-env")
+    issuer = _issuer(args, secrets)
     catalog = _open(args, secrets)
     server = RestCatalogServer(
-        CatalogService(catalog), args.host, args.port, token=token, prefix=args.prefix
+        CatalogService(catalog),
+        args.host,
+        args.port,
+        token=token,
+        prefix=args.prefix,
+        issuer=issuer,
     )
     stop = threading.Event()
     handlers = {
@@ -83,14 +101,32 @@ def main(args: argparse.Namespace, secrets: Secrets) -> int:
     return 0
 
 
-def _token(name: str | None, secrets: Secrets) -> str | None:
+def _token(name: str | None, secrets: Secrets, flag: str) -> str | None:
     if name is None:
         return None
     value = os.environ.get(name)
     if not value:
-        raise ConfigError(f"--token-env: environment variable {name} is not set or empty")
+        raise ConfigError(f"{flag}: environment variable {name} is not set or empty")
     secrets.add(value)
     return value
+
+
+def _issuer(args: argparse.Namespace, secrets: Secrets) -> TokenIssuer | None:
+    """OAuth2 client credentials from ``--client-credential-env NAME``."""
+    from calving.commit.catalog.rest.tokens import TokenIssuer
+
+    credential = _token(args.client_credential_env, secrets, "--client-credential-env")
+    if credential is None:
+        return None
+    if args.token_ttl <= 0:
+        raise ConfigError("--token-ttl: must be a positive number of seconds")
+    try:
+        return TokenIssuer(credential, ttl_s=args.token_ttl)
+    except ValueError:
+        raise ConfigError(
+            f"--client-credential-env: {args.client_credential_env} must hold "
+            "client_id:client_secret"
+        ) from None
 
 
 def _open(args: argparse.Namespace, secrets: Secrets) -> SqlCatalog:
@@ -102,7 +138,7 @@ def _open(args: argparse.Namespace, secrets: Secrets) -> SqlCatalog:
 
         secrets.add_config_file(args.config)
         table_cfg = load_config(args.config).table
-        if table_cfg.catalog_kind == "filesystem":
+        if table_cfg.catalog_kind != "sql":
             raise ConfigError("table.catalog: calving catalog serve needs a SQL catalog")
         secrets.add_url(table_cfg.catalog)
         return open_sql_catalog(

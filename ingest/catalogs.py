@@ -26,6 +26,7 @@ from calving.commit.catalog.filesystem import FilesystemCatalog
 from calving.commit.catalog.sql import SqlCatalog
 from calving.commit.errors import (
     CalvingError,
+    CatalogUnavailableError,
     ConfigError,
     NoSuchTableError,
     SchemaError,
@@ -44,6 +45,7 @@ from calving.commit.spec.types import (
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
 from calving.commit.table.table import Table, create_table
+from calving.ingest.config.catalog import RestSettings
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.preflight import check_table_properties
 from calving.ingest.config.table import TableConfig, build_spec
@@ -74,14 +76,42 @@ def file_io(table_cfg: TableConfig) -> FileIO:
 
 
 def open_catalog(table_cfg: TableConfig, io: FileIO | None = None) -> Catalog:
-    """The catalog ``table.catalog`` names: SQL (SQLite / PostgreSQL) or filesystem."""
+    """The catalog ``table.catalog`` names: SQL (SQLite / PostgreSQL), filesystem or
+    REST."""
     io = io or file_io(table_cfg)
+    if table_cfg.rest is not None:
+        return open_rest_catalog(table_cfg.catalog_name, table_cfg.rest, io)
     if table_cfg.catalog_kind == "filesystem":
         try:
             return FilesystemCatalog(table_cfg.catalog, name=table_cfg.catalog_name, io=io)
         except ConfigError as exc:
             raise ConfigError(f"table.catalog: {exc}") from None
     return open_sql_catalog(table_cfg.catalog_name, table_cfg.catalog, table_cfg.warehouse, io)
+
+
+def open_rest_catalog(name: str, rest: RestSettings, io: FileIO) -> Catalog:
+    """``RestCatalog`` for ``rest``; a server that cannot be reached, refuses the
+    credentials or answers nonsense is one line naming ``table.catalog`` (never a
+    secret: the transport's messages hold none)."""
+    from calving.commit.catalog.rest.client import RestCatalog
+
+    try:
+        return RestCatalog(
+            name,
+            rest.uri,
+            warehouse=rest.warehouse,
+            token=rest.token,
+            credential=rest.credential,
+            oauth2_server_uri=rest.oauth2_server_uri,
+            scope=rest.scope,
+            headers=rest.headers,
+            io=io,
+            timeout_s=rest.timeout_s,
+        )
+    except CatalogUnavailableError as exc:
+        raise CatalogUnavailableError(f"table.catalog: REST catalog unreachable: {exc}") from None
+    except CalvingError as exc:
+        raise ConfigError(f"table.catalog: REST catalog {rest.uri}: {exc}") from None
 
 
 #: Database driver modules and the calving extra that installs them.

@@ -6,6 +6,10 @@ Catalogs by URI scheme:
   file) and ``postgresql+psycopg://user:${env:PGPASSWORD}@host/db``: the SQL catalog
   (Iceberg JDBC / pyiceberg tables); ``warehouse`` is required.
 * ``file:///abs/warehouse``: the filesystem catalog; the path is the warehouse.
+* ``rest+http://host:port/base`` (or ``rest+https://``): an Iceberg REST catalog at
+  ``http://host:port/base``; ``warehouse`` is optional (the server's ``/v1/config`` may
+  name it). ``[table.catalog]`` (see ``calving.ingest.config.catalog``) gives a REST
+  catalog's token, OAuth2 credential, headers and timeout, or any catalog by ``type``.
 
 The schema is either declared (``[[table.columns]]``) or inferred from the first records
 (``infer_schema = true``); declared columns then fix their own types and the sample adds
@@ -30,6 +34,14 @@ from calving.commit.spec.transforms import IDENTITY, Transform, bucket, truncate
 from calving.commit.spec.types import IcebergType, NestedField
 from calving.commit.table.ledger import LEDGER_PREFIX
 from calving.commit.table.properties import FIX_HINT, KNOWN
+from calving.ingest.config.catalog import (
+    CATALOG_KEYS,
+    CATALOG_TYPES,
+    RestSettings,
+    checked_http_uri,
+    parse_rest,
+    rest_uri,
+)
 from calving.ingest.config.reader import Section
 from calving.ingest.config.secrets import join_key, masked_repr
 from calving.ingest.config.type_strings import check_type, parse_type, type_text
@@ -48,6 +60,10 @@ KEYS = (
     "io",
 )
 COLUMN_KEYS = ("name", "type", "required", "doc")
+CATALOG_EXAMPLES = (
+    '"sqlite:////path/catalog.db", "postgresql+psycopg://...", "file:///warehouse", '
+    '"rest+http://host:port" or a [table.catalog] table'
+)
 TRANSFORM_EXAMPLES = 'a transform such as "bucket(16, id)" or "day(ts)"'
 _TRANSFORM = re.compile(
     r"^\s*(?:(?P<fn>[A-Za-z_]+)\s*\(\s*(?:(?P<n>\d+)\s*,\s*)?(?P<arg>[^(),\s]+)\s*\)"
@@ -107,6 +123,9 @@ class TableConfig:
     infer_temporal: bool = True
     #: FileIO properties (``s3.endpoint``, ``s3.access-key-id`` ...), Iceberg's names.
     io: dict[str, str] = field(default_factory=dict)
+    #: A REST catalog's settings (``table.catalog = "rest+http://..."`` or a
+    #: ``[table.catalog]`` table with ``type = "rest"``); None for SQL and filesystem.
+    rest: RestSettings | None = None
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
     def __repr__(self) -> str:
@@ -122,7 +141,9 @@ class TableConfig:
 
     @property
     def catalog_kind(self) -> str:
-        """``"sql"`` or ``"filesystem"``."""
+        """``"sql"``, ``"filesystem"`` or ``"rest"``."""
+        if self.rest is not None:
+            return "rest"
         return "filesystem" if self.catalog.startswith("file:") else "sql"
 
     def column(self, name: str) -> ColumnConfig | None:
@@ -188,7 +209,7 @@ def parse_transform_text(text: str) -> tuple[str, Transform]:
 
 
 def parse_table(s: Section) -> TableConfig:
-    catalog = _catalog_uri(s)
+    catalog, rest = _catalog(s)
     warehouse = s.string("warehouse", what="a directory or URI such as s3://bucket/warehouse")
     if warehouse is not None:
         location = s.ctx.resolve_path(warehouse)
@@ -197,8 +218,10 @@ def parse_table(s: Section) -> TableConfig:
         if warehouse is not None and warehouse != catalog.rstrip("/"):
             s.fail("warehouse", "differs from the filesystem catalog's path; omit it")
         warehouse = catalog.rstrip("/")
-    elif warehouse is None:
+    elif warehouse is None and rest is None:
         s.fail("warehouse", "is required with a SQL catalog (where new tables' files go)")
+    if rest is not None and rest.warehouse is None and warehouse is not None:
+        rest = replace(rest, warehouse=warehouse)
 
     name = s.required_string("name", what='"namespace.table"')
     try:
@@ -248,6 +271,7 @@ def parse_table(s: Section) -> TableConfig:
         infer_schema=infer,
         infer_temporal=s.boolean("infer_temporal", True),
         io=s.passthrough("io"),
+        rest=rest,
         env_keys=s.env_names(),
     )
     s.finish()
@@ -259,31 +283,55 @@ def parse_table(s: Section) -> TableConfig:
     return config
 
 
-def _catalog_uri(s: Section) -> str:
-    what = '"sqlite:////path/catalog.db", "postgresql+psycopg://..." or "file:///warehouse"'
-    uri = s.required_string("catalog", what=what)
+def _catalog_uri(s: Section, name: str = "catalog") -> str:
+    what = CATALOG_EXAMPLES
+    uri = s.required_string(name, what=what)
     if uri.startswith("file:") or "://" not in uri:
         if "://" not in uri and not uri.startswith("file:"):
-            s.fail(
-                "catalog", f"expected a URI such as {what}, got {s.shown(s.key('catalog'), uri)}"
-            )
-        return _location_uri(s, "catalog", uri, "an absolute file:/// URI")
+            s.fail(name, f"expected a URI such as {what}, got {s.shown(s.key(name), uri)}")
+        return _location_uri(s, name, uri, "an absolute file:/// URI")
     try:
         url = make_url(uri)
     except ArgumentError:
-        s.fail("catalog", f"not a valid database URL; expected {what}")
+        s.fail(name, f"not a valid database URL; expected {what}")
     backend = url.get_backend_name()
     if backend == "sqlite":
         database = url.database or ""
         if not database or database == ":memory:" or database.startswith("file:"):
-            s.fail("catalog", "an SQLite catalog needs a database file path")
+            s.fail(name, "an SQLite catalog needs a database file path")
         # sqlite:///x.db is relative: anchor it at the config file, not the working dir.
         absolute = s.ctx.resolve_path(database)
         return url.set(database=absolute).render_as_string(hide_password=False)
     if backend != "postgresql":
-        shown = repr(backend) if not s.is_env("catalog") else s.shown(s.key("catalog"), uri)
-        s.fail("catalog", f"catalog backend {shown} is not supported; expected {what}")
+        shown = repr(backend) if not s.is_env(name) else s.shown(s.key(name), uri)
+        s.fail(name, f"catalog backend {shown} is not supported; expected {what}")
     return uri
+
+
+def _catalog(s: Section) -> tuple[str, RestSettings | None]:
+    """``table.catalog``: a URI string, or a ``[table.catalog]`` table with a ``type``."""
+    if not isinstance(s.data.get("catalog"), dict):
+        text = s.required_string("catalog", what=CATALOG_EXAMPLES)
+        if text.startswith("rest+"):
+            uri = rest_uri(s, "catalog", text)
+            return f"rest+{uri}", RestSettings(uri)
+        return _catalog_uri(s), None
+    sub = s.table("catalog", CATALOG_KEYS)
+    assert sub is not None
+    kind = sub.string("type", required=True, choices=CATALOG_TYPES, what="the catalog type")
+    uri = sub.required_string("uri", what="the catalog's URI")
+    if kind == "rest":
+        rest = parse_rest(sub, checked_http_uri(sub, "uri", uri), sub.string("warehouse"))
+        sub.finish()
+        return f"rest+{rest.uri}", rest
+    for name in CATALOG_KEYS:
+        if name not in ("type", "uri") and sub.has(name):
+            sub.fail(name, f'is a REST catalog setting; type = "{kind}" takes only uri')
+    catalog = _catalog_uri(sub, "uri")
+    if (kind == "filesystem") != catalog.startswith("file:"):
+        sub.fail("uri", f"does not name a {kind} catalog, got {sub.shown(sub.key('uri'), uri)}")
+    sub.finish()
+    return catalog, None
 
 
 def _location_uri(s: Section, name: str, location: str, what: str) -> str:

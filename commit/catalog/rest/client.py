@@ -1,6 +1,11 @@
 """``RestCatalog``: calving's catalog interface over an Iceberg REST catalog.
 
     RestCatalog("lake", "http://127.0.0.1:8181", token=os.environ["TOKEN"])
+    RestCatalog("lake", uri, credential=os.environ["CLIENT_ID_AND_SECRET"], scope="catalog")
+
+Auth (``auth.TokenSource``): a static bearer token, or OAuth2 client credentials
+(``credential``, posted to ``oauth2_server_uri``, default ``{uri}/v1/oauth/tokens``)
+with the token refreshed before it expires and once after a 401.
 
 ``GET /v1/config`` is read once: its ``defaults``, then the caller's settings, then its
 ``overrides`` (``prefix``, ``warehouse``). A commit is an ``updateTable`` request: the
@@ -21,18 +26,21 @@ from __future__ import annotations
 
 import urllib.parse
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from calving.commit.catalog.base import (
     Catalog,
     Namespace,
     TableIdent,
+    TableSwap,
     check_ident,
     check_namespace,
     ident_name,
 )
+from calving.commit.catalog.rest.auth import TokenSource
 from calving.commit.catalog.rest.diff import commit_request
+from calving.commit.catalog.rest.multi import advertises_transactions, commit_many
 from calving.commit.catalog.rest.transport import DEFAULT_TIMEOUT_S, RestTransport
 from calving.commit.errors import (
     CalvingError,
@@ -58,6 +66,9 @@ class RestCatalog(Catalog):
         *,
         warehouse: str | None = None,
         token: str | None = None,
+        credential: str | None = None,
+        oauth2_server_uri: str | None = None,
+        scope: str | None = None,
         headers: Mapping[str, str] | None = None,
         io: FileIO | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
@@ -66,7 +77,14 @@ class RestCatalog(Catalog):
         self.uri = uri
         self.io = io or FileIO()
         self.fault_plan = None
-        self.http = RestTransport(uri, token=token, headers=headers, timeout_s=timeout_s)
+        auth = TokenSource(
+            token=token,
+            credential=credential,
+            token_uri=oauth2_server_uri or f"{uri.rstrip('/')}/v1/oauth/tokens",
+            scope=scope,
+            timeout_s=timeout_s,
+        )
+        self.http = RestTransport(uri, headers=headers, timeout_s=timeout_s, auth=auth)
         query = f"?warehouse={urllib.parse.quote(warehouse)}" if warehouse else ""
         config = self.http.request("GET", f"v1/config{query}")
         if not isinstance(config, Mapping):
@@ -81,6 +99,16 @@ class RestCatalog(Catalog):
         )
         prefix = str(merged.get("prefix") or "").strip("/")
         self._base = f"v1/{prefix}/" if prefix else "v1/"
+        self.supports_multi_table_commit = advertises_transactions(config)
+
+    @property
+    def base_path(self) -> str:
+        """``v1/`` or ``v1/{prefix}/``: where the catalog's routes start."""
+        return self._base
+
+    def commit_many(self, swaps: Sequence[TableSwap]) -> None:
+        """Several tables in one ``/v1/transactions/commit`` (``rest.multi``)."""
+        commit_many(self, swaps)
 
     def __repr__(self) -> str:
         return f"RestCatalog({self.name!r}, {self.uri!r})"

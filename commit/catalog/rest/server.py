@@ -22,6 +22,7 @@ from typing import Any
 from calving.commit.catalog.base import Namespace
 from calving.commit.catalog.rest.errors import RestError, bad_request, rest_error_of
 from calving.commit.catalog.rest.service import CatalogService
+from calving.commit.catalog.rest.tokens import OAuthError, TokenIssuer
 from calving.commit.catalog.rest.transaction import commit_transaction
 
 log = logging.getLogger("calving.rest")
@@ -29,6 +30,7 @@ log = logging.getLogger("calving.rest")
 NAMESPACE_SEPARATOR = "\x1f"
 MAX_BODY_BYTES = 64 * 1024 * 1024
 _ROOTS = ("config", "namespaces", "tables", "transactions")
+TOKENS_PATH = "/v1/oauth/tokens"
 
 Answer = tuple[int, Any]  # (status, JSON body or None)
 
@@ -157,10 +159,12 @@ class _Handler(BaseHTTPRequestHandler):
             log.info("%s %s: the client went away before the reply", method, url.path)
 
     def _answer(self, method: str, url: urllib.parse.SplitResult) -> Answer:
+        issuer = self.server.issuer
+        if issuer is not None and method == "POST" and url.path.rstrip("/") == TOKENS_PATH:
+            return self._issue(issuer)
         body = self._read_body()
-        token = self.server.token
-        if token is not None and not self._authorized(token):
-            raise RestError(401, "NotAuthorizedException", "missing or wrong bearer token")
+        if not self._authorized():
+            raise RestError(401, "NotAuthorizedException", "missing, wrong or expired token")
         segments = url.path.strip("/").split("/")
         if not segments or segments[0] != "v1":
             raise RestError(404, "NotFoundException", "paths start with /v1/")
@@ -168,10 +172,30 @@ class _Handler(BaseHTTPRequestHandler):
         query = dict(urllib.parse.parse_qsl(url.query, keep_blank_values=True))
         return self.server.router.route(method, parts, query, body)
 
-    def _authorized(self, token: str) -> bool:
+    def _authorized(self) -> bool:
+        token, issuer = self.server.token, self.server.issuer
+        if token is None and issuer is None:
+            return True
         header = self.headers.get("Authorization", "")
         scheme, _, value = header.partition(" ")
-        return scheme.lower() == "bearer" and hmac.compare_digest(value.strip(), token)
+        if scheme.lower() != "bearer":
+            return False
+        value = value.strip()
+        if token is not None and hmac.compare_digest(value, token):
+            return True
+        return issuer is not None and issuer.valid(value)
+
+    def _issue(self, issuer: TokenIssuer) -> Answer:
+        """``POST /v1/oauth/tokens``: a form body, an OAuth2 answer."""
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > MAX_BODY_BYTES:
+            raise bad_request(f"request body of {length} bytes is too large")
+        text = self.rfile.read(length).decode("utf-8", "replace") if length else ""
+        form = dict(urllib.parse.parse_qsl(text, keep_blank_values=True))
+        try:
+            return 200, issuer.issue(form)
+        except OAuthError as exc:
+            return exc.status, exc.body()
 
     def _read_body(self) -> Any:
         length = int(self.headers.get("Content-Length") or 0)
@@ -212,10 +236,14 @@ class RestCatalogServer(ThreadingHTTPServer):
         *,
         token: str | None = None,
         prefix: str | None = None,
+        issuer: TokenIssuer | None = None,
     ) -> None:
         super().__init__((host, port), _Handler)
         self.router = Router(service, prefix)
         self.token = token
+        #: OAuth2 client credentials (``POST /v1/oauth/tokens``); tokens it issued are
+        #: accepted as bearer tokens until they expire.
+        self.issuer = issuer
         self._thread: threading.Thread | None = None
 
     @property

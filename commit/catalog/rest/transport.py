@@ -6,7 +6,8 @@ times out or gets a 5xx is ``CatalogUnavailableError`` (try later). A commit req
 that never left (connection refused) is ``CatalogUnavailableError`` too, but once it
 may have been received, a timeout, a dropped connection, a 5xx or a reply that is not
 JSON is ``CommitStateUnknownError``: only reading the table back can tell. 409 on a
-commit is ``CommitSwapLostError`` (refresh and retry). The token is never part of a
+commit is ``CommitSwapLostError`` (refresh and retry). Errors from an HTTP answer carry
+its status as ``http_status``. The token is never part of a
 message.
 """
 
@@ -20,6 +21,7 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from calving.commit.catalog.rest.auth import TokenSource
 from calving.commit.errors import (
     CatalogError,
     CatalogUnavailableError,
@@ -49,11 +51,15 @@ class RestTransport:
         token: str | None = None,
         headers: Mapping[str, str] | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
+        auth: TokenSource | None = None,
     ) -> None:
         self.uri = uri.rstrip("/")
-        self.token = token
+        self.auth = auth or TokenSource(token=token, timeout_s=timeout_s)
         self.headers = dict(headers or {})
         self.timeout_s = timeout_s
+
+    def __repr__(self) -> str:
+        return f"RestTransport({self.uri!r}, {self.auth!r})"
 
     def request(
         self,
@@ -65,13 +71,29 @@ class RestTransport:
         exists: str = "table",
     ) -> Any:
         """The reply's JSON (None when empty). ``exists`` names what a 409
-        AlreadyExists refers to ("table" or "namespace")."""
+        AlreadyExists refers to ("table" or "namespace"). A 401 with a refreshable
+        (OAuth2) token is repeated once with a new token: the server refused it before
+        applying anything."""
+        try:
+            return self._once(method, path, body, commit, exists)
+        except _Unauthorized as first:
+            if not self.auth.refreshable or not self.auth.refresh_after_401():
+                raise first.error from None
+        try:
+            return self._once(method, path, body, commit, exists)
+        except _Unauthorized as again:
+            raise again.error from None
+
+    def _once(self, method: str, path: str, body: Any, commit: bool, exists: str) -> Any:
         req = self._build(method, path, body)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as reply:
                 raw = reply.read()
         except urllib.error.HTTPError as err:
-            raise _http_error(err, method, path, commit, exists) from None
+            error = _http_error(err, method, path, commit, exists)
+            if err.code == 401:
+                raise _Unauthorized(error) from None
+            raise error from None
         except (urllib.error.URLError, OSError, http.client.HTTPException) as err:
             raise _transport_error(err, method, path, commit) from None
         return _decode(raw, method, path, commit)
@@ -83,9 +105,18 @@ class RestTransport:
             req.add_header(key, value)
         if data is not None:
             req.add_header("Content-Type", "application/json")
-        if self.token:
-            req.add_header("Authorization", f"Bearer {self.token}")
+        authorization = self.auth.header()
+        if authorization:
+            req.add_header("Authorization", authorization)
         return req
+
+
+class _Unauthorized(Exception):
+    """A 401 answer, carrying the error it maps to."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _what(method: str, path: str) -> str:
@@ -116,13 +147,23 @@ def _error_model(err: urllib.error.HTTPError) -> tuple[str, str]:
 def _http_error(
     err: urllib.error.HTTPError, method: str, path: str, commit: bool, exists: str
 ) -> Exception:
+    error = _error_for(err, method, path, commit, exists)
+    error.http_status = err.code  # type: ignore[attr-defined]
+    return error
+
+
+def _error_for(
+    err: urllib.error.HTTPError, method: str, path: str, commit: bool, exists: str
+) -> Exception:
     kind, message = _error_model(err)
     text = f"{_what(method, path)}: {err.code} {kind or err.reason}: {message}".rstrip(": ")
     if err.code in (401, 403, 419):
-        return CatalogError(f"{text} (check the catalog token)")
+        return CatalogError(f"{text} (check the catalog token or credential)")
     if commit and err.code == 409:
         return CommitSwapLostError(text)
-    if commit and err.code >= 500 and err.code != 503:
+    if commit and err.code >= 500:
+        # Every 5xx, 503 included: a proxy or a server may have applied the commit before
+        # failing; reading the table back is always safe, a blind retry is not.
         return CommitStateUnknownError(f"{text}; the commit may have landed")
     if err.code == 409 and kind == "AlreadyExistsException":
         return (TableAlreadyExistsError if exists == "table" else NamespaceAlreadyExistsError)(text)

@@ -14,6 +14,8 @@ from calving.commit.catalog import FilesystemCatalog, SqlCatalog
 from calving.commit.catalog.base import Catalog
 
 KINDS = ("sqlite", "postgres", "filesystem")
+#: The REST path: ``RestCatalog`` -> ``calving catalog serve`` -> a SQL catalog.
+REST_KINDS = ("rest-sqlite", "rest-postgres")
 PG_ADMIN_URL = os.environ.get(
     "CALVING_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 )
@@ -31,7 +33,15 @@ class CatalogSpec:
     def open(self) -> Catalog:
         if self.kind == "filesystem":
             return FilesystemCatalog(self.warehouse, name=self.name)
+        if self.kind in REST_KINDS:
+            from calving.commit.catalog.rest.client import RestCatalog
+
+            return RestCatalog(self.name, self.uri, timeout_s=20.0)
         return SqlCatalog(self.name, self.uri, self.warehouse)
+
+    def via(self, uri: str) -> CatalogSpec:
+        """The same catalog reached at ``uri`` (a REST catalog behind a proxy)."""
+        return CatalogSpec(self.kind, self.name, uri, self.warehouse)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -55,8 +65,14 @@ def make_spec(kind: str, workdir: Path, pg_url: str | None = None) -> CatalogSpe
         spec = CatalogSpec(kind, name, pg_url, str(warehouse))
     elif kind == "filesystem":
         spec = CatalogSpec(kind, name, str(warehouse), str(warehouse))
+    elif kind in REST_KINDS:
+        sql = make_spec(kind.removeprefix("rest-"), workdir, pg_url)
+        from tests.faults.rest import start_serve
+
+        url = start_serve(sql.uri, sql.name, sql.warehouse, workdir)
+        return CatalogSpec(kind, sql.name, url, sql.warehouse)
     else:
-        raise ValueError(f"unknown catalog kind {kind!r}; known: {', '.join(KINDS)}")
+        raise ValueError(f"unknown catalog kind {kind!r}; known: {', '.join(KINDS + REST_KINDS)}")
     catalog = spec.open()
     try:
         catalog.create_namespace(NAMESPACE)

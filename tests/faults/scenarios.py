@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from calving.commit.faults import POINTS
@@ -41,10 +41,11 @@ from calving.commit.table.committer import Committed
 from calving.commit.table.table import create_table
 from calving.ingest.write.parquet_writer import write_data_file
 from tests.faults import stream
-from tests.faults.catalogs import IDENT, KINDS, CatalogSpec, make_spec
+from tests.faults.catalogs import IDENT, KINDS, REST_KINDS, CatalogSpec, make_spec
 from tests.faults.history import HistoryRecorder, attempts, read_history, runs
 from tests.faults.invariants import CheckReport, Violation, check_table
 from tests.faults.mutations import MUTATION_ENV
+from tests.faults.rest import LossyProxy, stop_serve, with_proxies
 from tests.faults.writer import WriterConfig
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -126,6 +127,8 @@ def run_scenario(scenario: Scenario, ctx: Context) -> ScenarioResult:
     except Exception as err:  # noqa: BLE001 - a harness failure is reported as one, not a pass
         result = ScenarioResult(scenario.name)
         result.violations.append(Violation("harness", f"{type(err).__name__}: {err}"))
+    finally:
+        stop_serve(ctx.workdir)  # a REST kind's server, if the scenario started one
     result.name = scenario.name
     result.expect_violations = scenario.expect_violations
     result.seconds = time.monotonic() - started
@@ -415,7 +418,31 @@ def concurrency_scenario(
 
 
 def _needs(kind: str) -> frozenset[str]:
-    return frozenset({"postgres"}) if kind == "postgres" else frozenset()
+    return frozenset({"postgres"}) if kind.endswith("postgres") else frozenset()
+
+
+def rest_lost_reply_scenario(kind: str) -> Callable[[Context], ScenarioResult]:
+    """Two writers through lossy proxies: every 3rd commit of writer 0 lands but its
+    answer is dropped, every 4th of writer 1 is dropped before reaching the server."""
+
+    def run(ctx: Context) -> ScenarioResult:
+        h = Harness(ctx, kind)
+
+        def writers(proxies: list[LossyProxy]) -> None:
+            jobs = [
+                (replace(h.config(w, 40, 5), catalog=h.spec.via(p.url).to_json()), "", False)
+                for w, p in enumerate(proxies)
+            ]
+            h.run_all(jobs)
+
+        injected = with_proxies(h.spec.uri, [("applied", 3), ("not-applied", 4)], writers)
+        h.result.faults += injected
+        if injected < 2:
+            h.violations.append(Violation("harness", f"only {injected} replies were lost"))
+        h.check({0: 40, 1: 40})
+        return h.result
+
+    return run
 
 
 QUICK_CRASH = {
@@ -454,9 +481,30 @@ for _kind in KINDS:
             needs=_needs(_kind),
         )
     )
+for _kind in REST_KINDS:
+    register(
+        Scenario(
+            f"lost-reply/{_kind}",
+            "lost-reply",
+            rest_lost_reply_scenario(_kind),
+            quick=True,
+            needs=_needs(_kind),
+        )
+    )
+    for _point in ("before-swap", "after-swap"):
+        register(
+            Scenario(
+                f"crash/{_point}/{_kind}",
+                "crash",
+                crash_scenario(_point, _kind),
+                quick=_kind == "rest-sqlite",
+                needs=_needs(_kind),
+            )
+        )
 QUICK_CELLS = {("sqlite", 2, 10), ("postgres", 2, 10), ("filesystem", 2, 10), ("sqlite", 5, 10)}
+QUICK_CELLS |= {("rest-sqlite", 2, 10), ("rest-sqlite", 5, 10), ("rest-postgres", 2, 10)}
 SLOW_QUICK_CELLS = {("postgres", 8, 50)}
-for _kind in KINDS:
+for _kind in KINDS + REST_KINDS:
     for _writers in (2, 5, 8):
         for _commits in (10, 50):
             _cell = (_kind, _writers, _commits)

@@ -81,3 +81,16 @@ def test_every_crash_point_and_catalog_kills_a_maintenance_pass_in_the_ci_subset
     assert {"maintenance-carry/sqlite", "broken/skip-carry-over", "broken/forget-journal"} <= names
     every = {s.name for s in selected("full") if s.family == "maintenance-crash"}
     assert len(every) == len(POINTS) * len(KINDS)
+
+
+def test_the_rest_path_is_in_the_ci_subset() -> None:
+    from tests.faults.catalogs import REST_KINDS
+
+    names = {s.name for s in QUICK}
+    for kind in REST_KINDS:
+        assert f"lost-reply/{kind}" in names and f"concurrency/{kind}/2x10" in names
+    assert {"crash/before-swap/rest-sqlite", "crash/after-swap/rest-sqlite"} <= names
+    every = {s.name for s in selected("full") if s.family == "concurrency"}
+    assert {
+        f"concurrency/{k}/{w}x{c}" for k in REST_KINDS for w in (2, 5, 8) for c in (10, 50)
+    } <= every

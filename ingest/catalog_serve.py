@@ -7,6 +7,10 @@
 client credentials ``client_id:client_secret`` from ``$NAME``, lifetime ``--token-ttl``)
 and accepts them as bearer tokens until they expire.
 
+``--vend-io-env NAME`` hands the storage properties in ``$NAME`` (a JSON object, e.g.
+``{"s3.access-key-id": ..., "s3.secret-access-key": ...}``) to every client in the
+``loadTable`` answer's ``config``: static credentials, not scoped per table.
+
 ``--config`` takes ``table.catalog``, ``table.warehouse``, ``table.catalog_name`` and
 ``[table.io]`` from a pipeline config; ``--catalog`` is a SQLAlchemy URL (SQLite or
 PostgreSQL). With ``--token-env NAME`` every request must carry ``Authorization:
@@ -19,6 +23,7 @@ bound (``--port 0`` takes a free port), logs each request at INFO on stderr
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import signal
@@ -64,6 +69,9 @@ def add_parsers(sub: Any) -> None:
     serve.add_argument("--client-credential-env", metavar="NAME",
                        help="issue OAuth2 tokens (POST /v1/oauth/tokens) to the client whose "
                        "client_id:client_secret is in environment variable NAME")  # fmt: skip
+    serve.add_argument("--vend-io-env", metavar="NAME",
+                       help="vend these storage properties (a JSON object in environment "
+                       "variable NAME, e.g. s3.access-key-id) to clients in loadTable")  # fmt: skip
     serve.add_argument("--token-ttl", type=float, default=3600.0, metavar="SECONDS",
                        help="lifetime of issued OAuth2 tokens (3600)")  # fmt: skip
 
@@ -77,7 +85,7 @@ def main(args: argparse.Namespace, secrets: Secrets) -> int:
     issuer = _issuer(args, secrets)
     catalog = _open(args, secrets)
     server = RestCatalogServer(
-        CatalogService(catalog),
+        CatalogService(catalog, vended=_vended(args.vend_io_env, secrets)),
         args.host,
         args.port,
         token=token,
@@ -109,6 +117,22 @@ def _token(name: str | None, secrets: Secrets, flag: str) -> str | None:
         raise ConfigError(f"{flag}: environment variable {name} is not set or empty")
     secrets.add(value)
     return value
+
+
+def _vended(name: str | None, secrets: Secrets) -> dict[str, str]:
+    """Storage properties to vend, a JSON object in environment variable ``name``."""
+    text = _token(name, secrets, "--vend-io-env")
+    if text is None:
+        return {}
+    try:
+        props = json.loads(text)
+    except json.JSONDecodeError:
+        props = None
+    if not isinstance(props, dict) or not all(isinstance(v, str) for v in props.values()):
+        raise ConfigError(f"--vend-io-env: {name} must hold a JSON object of string properties")
+    for value in props.values():
+        secrets.add(value)
+    return {str(k): v for k, v in props.items()}
 
 
 def _issuer(args: argparse.Namespace, secrets: Secrets) -> TokenIssuer | None:

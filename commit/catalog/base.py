@@ -227,6 +227,11 @@ class Catalog(abc.ABC):
     def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
         """Atomic check-and-put of an already written metadata file's location."""
 
+    def table_io(self, ident: TableIdent, io: FileIO) -> FileIO:
+        """The FileIO for ``ident``'s files: ``io``, or (a REST catalog that vends
+        storage credentials) ``io`` with the table's credentials."""
+        return io
+
     #: Whether ``commit_many`` swaps several tables in one catalog transaction.
     supports_multi_table_commit: bool = False
 

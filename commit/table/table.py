@@ -49,7 +49,7 @@ class Table:
     @staticmethod
     def load(catalog: Catalog, ident: TableIdent, io: FileIO | None = None) -> Table:
         location = catalog.load_metadata_location(ident)
-        io = io or FileIO.for_location(location)
+        io = catalog.table_io(ident, io or FileIO.for_location(location))
         location, metadata = load_metadata(catalog, io, ident)
         return Table(catalog, ident, io, location, metadata)
 
@@ -137,7 +137,7 @@ def create_table(
     io = io or FileIO.for_location(location)
     metadata = new_table_metadata(schema, location, spec, sort_order, properties)
     metadata_location = catalog.create_table(ident, metadata.location, serialize_metadata(metadata))
-    return Table(catalog, ident, io, metadata_location, metadata)
+    return Table(catalog, ident, catalog.table_io(ident, io), metadata_location, metadata)
 
 
 def expect_committed(outcome: CommitOutcome) -> Committed:

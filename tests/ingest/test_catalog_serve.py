@@ -62,6 +62,24 @@ def test_serve_refuses_a_missing_token_variable(tmp_path, capsys, monkeypatch):
     assert "NO_SUCH_TOKEN_VAR" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flag", "value", "expected"),
+    [
+        ("--vend-io-env", '["s3.access-key-id"]', "must hold a JSON object"),
+        ("--client-credential-env", "no-colon-secret-x1", "must hold client_id:client_secret"),
+    ],
+)
+def test_serve_refuses_bad_vending_or_credentials(
+    tmp_path, capsys, monkeypatch, flag, value, expected
+):
+    monkeypatch.setenv("SERVE_SETTING", value)
+    argv = ["catalog", "serve", "--catalog", f"sqlite:///{tmp_path}/c.db", "--port", "0",
+            flag, "SERVE_SETTING"]  # fmt: skip
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and flag in err and "no-colon-secret-x1" not in err
+
+
 def test_serve_refuses_a_filesystem_catalog(tmp_path, capsys):
     assert main(["catalog", "serve", "--catalog", f"file://{tmp_path}", "--port", "0"]) == 2
     assert "needs a SQL catalog" in capsys.readouterr().err

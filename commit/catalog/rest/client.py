@@ -100,6 +100,8 @@ class RestCatalog(Catalog):
         prefix = str(merged.get("prefix") or "").strip("/")
         self._base = f"v1/{prefix}/" if prefix else "v1/"
         self.supports_multi_table_commit = advertises_transactions(config)
+        #: Storage properties the server vended per table (``loadTable`` ``config``).
+        self._vended: dict[TableIdent, dict[str, str]] = {}
 
     @property
     def base_path(self) -> str:
@@ -197,7 +199,22 @@ class RestCatalog(Catalog):
             raise CatalogError(
                 f"REST catalog: loadTable of {ident_name(ident)} has no metadata-location"
             )
+        self._remember_vended(ident, reply, location)
         return location
+
+    def _remember_vended(self, ident: TableIdent, reply: Mapping[str, Any], location: str) -> None:
+        vended = vended_storage(reply, location)
+        if vended:
+            self._vended[check_ident(ident)] = vended
+
+    def table_io(self, ident: TableIdent, io: FileIO) -> FileIO:
+        """``io`` with the storage credentials the server vended for ``ident`` (its
+        ``loadTable`` / ``createTable`` ``config``, or the longest matching
+        ``storage-credentials`` prefix); ``io`` itself when it vended none."""
+        vended = self._vended.get(check_ident(ident))
+        if not vended:
+            return io
+        return FileIO({**io.properties, **vended})
 
     def drop_table_entry(self, ident: TableIdent) -> None:
         """Forget the table (no purge: its files stay)."""
@@ -241,17 +258,26 @@ class RestCatalog(Catalog):
             if location is None:
                 raise
             return location
-        return str(reply["metadata-location"])
+        return self._after_create(ident, reply)
 
     def _created_by(self, ident: TableIdent, table_uuid: str) -> str | None:
         """The table's location if it exists with ``table_uuid`` (a create whose reply
         was lost), else None."""
         try:
             location = self.load_metadata_location(ident)
-            _, metadata = load_metadata_at(self.io, location)
+            _, metadata = load_metadata_at(self.table_io(ident, self.io), location)
         except CalvingError:
             return None
         return location if metadata.table_uuid == table_uuid else None
+
+    def _after_create(self, ident: TableIdent, reply: Any) -> str:
+        """A commit answer vends nothing: ``loadTable`` once for the table's storage
+        credentials."""
+        location = str(reply["metadata-location"])
+        self._remember_vended(ident, reply, location)
+        if check_ident(ident) not in self._vended:
+            self.load_metadata_location(ident)
+        return location
 
     def new_metadata_location(
         self, ident: TableIdent, current: str, metadata: TableMetadata | None = None
@@ -264,7 +290,7 @@ class RestCatalog(Catalog):
     ) -> str:
         """The changes as an ``updateTable`` request; returns the server's new metadata
         location (``new_location`` is never written)."""
-        _, base = load_metadata_at(self.io, expected)
+        _, base = load_metadata_at(self.table_io(ident, self.io), expected)
         new = parse_metadata(metadata, new_location)
         reply = self.http.request(
             "POST", self._table(ident), commit_request(base, new), commit=True
@@ -289,6 +315,31 @@ class RestCatalog(Catalog):
         except NoSuchTableError:
             return False
         return True
+
+
+#: loadTable ``config`` keys that are storage settings (the rest, e.g. a table-scoped
+#: ``token``, is not the FileIO's).
+STORAGE_PREFIXES = ("s3.", "gcs.", "adls.", "client.")
+
+
+def vended_storage(reply: Mapping[str, Any], location: str) -> dict[str, str]:
+    """Storage properties a ``loadTable`` answer vends for the table at ``location``:
+    its ``config``, overlaid with the ``storage-credentials`` entry whose ``prefix`` is
+    the longest one the table's location starts with."""
+    out = {
+        str(k): str(v)
+        for k, v in (reply.get("config") or {}).items()
+        if str(k).startswith(STORAGE_PREFIXES)
+    }
+    table_root = location.rsplit("/metadata/", 1)[0]
+    best: Mapping[str, Any] = {}
+    best_len = -1
+    for entry in reply.get("storage-credentials") or ():
+        prefix = str(entry.get("prefix", "")) if isinstance(entry, Mapping) else ""
+        if table_root.startswith(prefix) and len(prefix) > best_len:
+            best, best_len = entry.get("config") or {}, len(prefix)
+    out.update({str(k): str(v) for k, v in best.items()})
+    return out
 
 
 def load_metadata_at(io: FileIO, location: str) -> tuple[str, TableMetadata]:

@@ -75,9 +75,17 @@ class Prepared:
 
 
 class CatalogService:
-    def __init__(self, catalog: SqlCatalog, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        catalog: SqlCatalog,
+        clock: Callable[[], float] = time.time,
+        vended: Mapping[str, str] | None = None,
+    ) -> None:
         self.catalog = catalog
         self.clock = clock
+        #: Storage properties handed to clients in every ``loadTable`` / ``createTable``
+        #: answer's ``config`` (static credentials: single tenant, no per-table scoping).
+        self.vended = dict(vended or {})
 
     # ------------------------------------------------------------ config
 
@@ -116,7 +124,7 @@ class CatalogService:
     def load_table(self, ident: TableIdent) -> dict[str, Any]:
         location = self.catalog.load_metadata_location(check_ident(ident))
         _, obj = read_metadata(self.catalog.io, location)
-        return {"metadata-location": location, "metadata": obj, "config": {}}
+        return {"metadata-location": location, "metadata": obj, "config": dict(self.vended)}
 
     def table_exists(self, ident: TableIdent) -> None:
         self.catalog.load_metadata_location(check_ident(ident))
@@ -157,10 +165,14 @@ class CatalogService:
         )
         if body.get("stage-create"):
             obj = json.loads(metadata_bytes(metadata))
-            return {"metadata-location": None, "metadata": obj, "config": {}}
+            return {"metadata-location": None, "metadata": obj, "config": dict(self.vended)}
         data = metadata_bytes(metadata)
         location = self.catalog.create_table(ident, metadata.location, data)
-        return {"metadata-location": location, "metadata": json.loads(data), "config": {}}
+        return {
+            "metadata-location": location,
+            "metadata": json.loads(data),
+            "config": dict(self.vended),
+        }
 
     def _create_updates(self, ident: TableIdent, body: Mapping[str, Any]) -> list[RestUpdate]:
         properties = _string_map(body.get("properties") or {}, "properties")

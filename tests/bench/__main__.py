@@ -40,6 +40,7 @@ def _lazy(module: str) -> FiguresFn:
 BENCHMARKS: dict[str, FiguresFn] = {
     "commit_latency": _lazy("tests.bench.commit_latency"),
     "cdc_upsert": _lazy("tests.bench.cdc_upsert"),
+    "rest_catalog": _lazy("tests.bench.rest_catalog"),
     "index": _lazy("tests.bench.index_bench"),
     "maintenance": _lazy("tests.bench.maintenance"),
     "throughput": _lazy("tests.bench.throughput"),

@@ -90,3 +90,13 @@ def test_maintenance_bench_at_a_tiny_size(tmp_path):
     assert concurrent["rewrites_attempted"] > 0
     assert concurrent["rewrites_failed"] == 0 and concurrent["stream_failures"] == 0
     assert figures[-1].met is True
+
+
+def test_rest_catalog_bench_at_a_tiny_size():
+    from tests.bench import rest_catalog
+
+    results = rest_catalog.run(repeat=3, quick=True)
+    sides = results["sqlite"]
+    assert set(sides) == {"sql", "rest", "pyiceberg"}
+    assert all(r["median_ms"] > 0 for r in sides.values())
+    assert "pyiceberg -> REST" in rest_catalog.report(results)

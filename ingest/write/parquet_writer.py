@@ -1,5 +1,8 @@
 """Arrow -> Parquet data file with Iceberg field ids and column metrics.
 
+Bounds come from the Parquet footer's row-group statistics (``footer_metrics``), not
+from a pass over the values; a column the footer cannot bound is computed from the data.
+
 Metrics follow Iceberg's defaults (``write.metadata.metrics.default`` =
 ``truncate(16)``): value, null and NaN counts per leaf column, lower/upper bounds
 (strings and binary truncated to 16 units, upper bounds rounded up so they stay
@@ -24,6 +27,7 @@ from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import ListType, MapType, NestedField, PrimitiveType, StructType
 from calving.commit.spec.values import to_bytes, truncate_lower_bound, truncate_upper_bound
 from calving.ingest.write.arrow_schema import schema_to_arrow
+from calving.ingest.write.footer_metrics import footer_stats
 
 TRUNCATE_WIDTH = 16
 _EPOCH_DATE = _dt.date(1970, 1, 1)
@@ -81,12 +85,14 @@ def write_data_file(
     table = table.select(arrow_schema.names).cast(arrow_schema)
     with io.new_output_stream(location) as sink:
         writer = pq.ParquetWriter(
-            sink, arrow_schema, compression=compression, write_statistics=False
+            sink, arrow_schema, compression=compression, write_statistics=True
         )
         writer.write_table(table, row_group_size=row_group_size)
         writer.close()
         size = sink.tell()
-    md = writer.metadata if hasattr(writer, "metadata") else None
+    # The footer as written (``pq.ParquetWriter`` itself has no ``metadata``; its
+    # underlying writer does, once closed).
+    md = writer.writer.metadata
     return _data_file(location, table, schema, md, size, partition, spec_id)
 
 
@@ -116,39 +122,34 @@ def _data_file(
     nan_counts: dict[int, int] = {}
     lower: dict[int, bytes] = {}
     upper: dict[int, bytes] = {}
+    footer = footer_stats(md) if md is not None else {}
     for path, f, repeated in _leaves(schema.fields, (), False):
         col = _column(table, path)
-        if col is None:
+        if col is None:  # a list element or map entry: counts from the footer, no bounds
+            stats = footer.get(".".join(path))
+            if stats is not None and stats.complete:
+                value_counts[f.field_id] = stats.values
+                null_counts[f.field_id] = stats.null_count
             continue
         t = f.field_type
         assert isinstance(t, PrimitiveType)
         value_counts[f.field_id] = len(col)
         null_counts[f.field_id] = col.null_count
-        valid = col
         if t.name in ("float", "double"):
-            nans = pc.sum(pc.is_nan(col)).as_py() or 0
-            nan_counts[f.field_id] = nans
-            if nans:
-                valid = pc.filter(col, pc.invert(pc.is_nan(col)))
-        if repeated or len(valid) - valid.null_count == 0 or t.name == "unknown":
+            nan_counts[f.field_id] = pc.sum(pc.is_nan(col)).as_py() or 0
+        if repeated or t.name == "unknown" or col.null_count == len(col):
             continue
-        mm = pc.min_max(valid)
-        lo, hi = mm["min"].as_py(), mm["max"].as_py()
-        if lo is None:
+        stats = footer.get(".".join(path))
+        if stats is not None and stats.complete and t.name in FOOTER_TYPES:
+            lo, hi = stats.lower, stats.upper
+        else:
+            lo, hi = computed_bounds(col, t)
+        bounds = _iceberg_bounds(t, lo, hi)
+        if bounds is None:
             continue
-        lo, hi = _to_internal(t, lo), _to_internal(t, hi)
-        if t.name in ("float", "double") and (math.isnan(lo) or math.isnan(hi)):
-            continue
-        if t.name in ("string", "binary"):
-            if t.name == "string":  # Iceberg orders strings by UTF-8 bytes
-                values = [v for v in valid.to_pylist() if v is not None]
-                lo = min(values, key=lambda s: s.encode("utf-8"))
-                hi = max(values, key=lambda s: s.encode("utf-8"))
-            lo = truncate_lower_bound(t, lo, TRUNCATE_WIDTH)
-            hi = truncate_upper_bound(t, hi, TRUNCATE_WIDTH)
-        lower[f.field_id] = to_bytes(t, lo)
-        if hi is not None:
-            upper[f.field_id] = to_bytes(t, hi)
+        lower[f.field_id], high = bounds
+        if high is not None:
+            upper[f.field_id] = high
     return DataFile(
         content=FileContent.DATA,
         file_path=location,
@@ -165,6 +166,38 @@ def _data_file(
         split_offsets=tuple(sorted(split_offsets)) or None,
         spec_id=spec_id,
     )
+
+
+#: Types whose footer min/max calving converts to Iceberg bounds; others are computed.
+FOOTER_TYPES = frozenset(
+    {"boolean", "int", "long", "float", "double", "date", "timestamp", "timestamptz",
+     "string", "binary", "decimal"}
+)  # fmt: skip
+
+
+def computed_bounds(col: pa.ChunkedArray, t: PrimitiveType) -> tuple[Any, Any]:
+    """Min and max of ``col``'s values (NaN left out), from the data: the fallback when
+    the footer has no statistics for it, and the reference the tests compare with."""
+    valid = col
+    if t.name in ("float", "double"):
+        valid = pc.filter(col, pc.invert(pc.fill_null(pc.is_nan(col), False)))
+    if len(valid) - valid.null_count == 0:
+        return None, None
+    mm = pc.min_max(valid)
+    return mm["min"].as_py(), mm["max"].as_py()
+
+
+def _iceberg_bounds(t: PrimitiveType, lo: Any, hi: Any) -> tuple[bytes, bytes | None] | None:
+    """Iceberg's serialized lower and upper bound (upper None: no valid truncation)."""
+    if lo is None or hi is None:
+        return None
+    lo, hi = _to_internal(t, lo), _to_internal(t, hi)
+    if t.name in ("float", "double") and (math.isnan(lo) or math.isnan(hi)):
+        return None
+    if t.name in ("string", "binary"):
+        lo = truncate_lower_bound(t, lo, TRUNCATE_WIDTH)
+        hi = truncate_upper_bound(t, hi, TRUNCATE_WIDTH)
+    return to_bytes(t, lo), None if hi is None else to_bytes(t, hi)
 
 
 def _field_id_of_path(schema: Schema, dotted: str) -> int | None:

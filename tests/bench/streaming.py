@@ -297,6 +297,11 @@ def pyiceberg_peer(catalogs: Catalogs, kind: str, commits: CommitLog, topic: str
 # ---------------------------------------------------------------- streams
 
 
+#: calving's ``[sink] path`` in the benchmarks: ``fused`` (the default, as in
+#: ``calving run``) or ``shuffle``; ``CALVING_BENCH_PATH=shuffle`` measures the latter.
+CALVING_PATH = os.environ.get("CALVING_BENCH_PATH", "fused")
+
+
 def start_stream(
     env: Env,
     topic: str,
@@ -306,12 +311,19 @@ def start_stream(
     available_now: bool = False,
     processing_time: str | None = None,
     max_offsets_per_trigger: int | None = None,
+    calving: CalvingSink | None = None,
 ) -> Any:
+    """The stream into ``sink``; when ``calving`` is the CalvingSink behind ``sink``, on
+    ``CALVING_PATH`` (the fused path reads the ranges in the sink's own tasks)."""
+    if calving is None and isinstance(sink, CalvingSink):
+        calving = sink
     df = kafka_stream(
         env.spark,
         env.broker.bootstrap_servers,
         topic,
         max_offsets_per_trigger=max_offsets_per_trigger,
+        sink=calving,
+        path=CALVING_PATH if calving is not None else "shuffle",
     )
     writer = df.writeStream.foreachBatch(sink).option("checkpointLocation", str(checkpoint))
     if available_now:
@@ -374,6 +386,7 @@ def drain(
         checkpoint,
         available_now=True,
         max_offsets_per_trigger=max_offsets_per_trigger,
+        calving=sink if isinstance(sink, CalvingSink) else None,
     )
     try:
         await_covered(query, commits, timeout)

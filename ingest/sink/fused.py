@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 import pyarrow as pa
 
-from calving.ingest.decode.batch import META_COLUMNS
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.range_reader import read_range
@@ -28,12 +27,13 @@ from calving.ingest.sink.executor import (
     TaskFunction,
     TaskPlan,
     conform,
+    decode_and_write_append,
+    decode_for_keyed,
     encode,
     keyed_stage_schema,
-    meta_rows,
     write_last_events,
 )
-from calving.ingest.sink.messages import DataFileWritten, Message
+from calving.ingest.sink.messages import Message
 
 
 def _records(options: KafkaSourceOptions, ranges: Batches) -> Iterator[pa.RecordBatch]:
@@ -45,21 +45,18 @@ def _records(options: KafkaSourceOptions, ranges: Batches) -> Iterator[pa.Record
             yield from read_range(options, span, schema)
 
 
-def fused_append(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
-    """Append tables: read, decode and write in one task."""
+def reading(options: KafkaSourceOptions, task: TaskFunction) -> TaskFunction:
+    """``task`` (a function of Kafka record batches) run on the records of range rows."""
 
     def run(ranges: Batches) -> Batches:
-        io = plan.file_io()
-        writer = plan.writer(io)
-        decoding = Decoding(plan)
-        for rb in _records(options, ranges):
-            rows = decoding.decode(rb)
-            if rows is not None:
-                writer.write(rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names]))
-        messages: list[Message] = [DataFileWritten(w.data_file) for w in writer.close()]
-        yield encode(messages + decoding.finish(io))
+        return task(_records(options, ranges))
 
     return run
+
+
+def fused_append(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
+    """Append tables: read, decode and write in one task."""
+    return reading(options, decode_and_write_append(plan))
 
 
 def fused_keyed(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
@@ -88,17 +85,5 @@ def read_and_decode_for_keyed(
     plan: TaskPlan, options: KafkaSourceOptions, stage_schema: pa.Schema
 ) -> TaskFunction:
     """The shuffle path's first stage from range rows: read and decode in one task,
-    rows shaped for the repartition by key (as ``decode_for_keyed``)."""
-
-    def run(ranges: Batches) -> Batches:
-        io = plan.file_io()
-        decoding = Decoding(plan)
-        for rb in _records(options, ranges):
-            rows = decoding.decode(rb)
-            if rows is not None:
-                yield from conform(rows, stage_schema).to_batches()
-        messages = decoding.finish(io)
-        if messages:
-            yield meta_rows(messages, stage_schema)
-
-    return run
+    rows shaped for the repartition by key (``decode_for_keyed``)."""
+    return reading(options, decode_for_keyed(plan, stage_schema))

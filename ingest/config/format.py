@@ -73,7 +73,7 @@ class FormatConfig:
     naive_timestamps_as_utc: bool = False
     #: Debezium only: how the connector encoded decimals (its decimal.handling.mode).
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
-    #: JSON only: Arrow's vectorized JSON reader for well-formed values.
+    #: json / debezium-json: Arrow's vectorized JSON reader for well-formed values.
     vectorized: bool = True
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
@@ -136,8 +136,10 @@ def parse_format(s: Section) -> FormatConfig:
     if mode is not None and not debezium:
         s.fail("decimal_handling_mode", f'only applies to debezium-* formats, not "{kind}"')
     vectorized = s.raw("vectorized")
-    if vectorized is not None and kind != "json":
-        s.fail("vectorized", f'only applies to the "json" format, not "{kind}"')
+    if vectorized is not None and kind not in ("json", "debezium-json"):
+        s.fail(
+            "vectorized", f'only applies to the "json" and "debezium-json" formats, not "{kind}"'
+        )
     unit = s.string("epoch_unit", choices=_EPOCH_UNITS)
     if unit is None:
         # Debezium without a schema writes epoch integers; plain JSON must ask for them.
@@ -205,6 +207,7 @@ def build_decoder(fmt: FormatConfig, schema: Schema) -> Decoder:
                 decimal_handling_mode=fmt.decimal_handling_mode,
                 naive_timestamps_as_utc=fmt.naive_timestamps_as_utc,
                 case_insensitive=fmt.case_insensitive,
+                vectorized=fmt.vectorized,
             )
             return DebeziumDecoder(schema, options, fmt.schema_source())
     except ConfigError as exc:

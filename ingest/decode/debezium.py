@@ -61,6 +61,7 @@ from calving.ingest.decode.coerce import (
     EpochUnit,
     json_type_name,
 )
+from calving.ingest.decode.debezium_arrow import DebeziumVectorReader
 from calving.ingest.decode.json_values import parse_json
 from calving.ingest.decode.schema_registry import SchemaSource
 
@@ -93,6 +94,9 @@ class DebeziumOptions:
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
     naive_timestamps_as_utc: bool = False
     case_insensitive: bool = False
+    #: JSON values: plain create/read/update events through Arrow's JSON reader
+    #: (``debezium_arrow``); everything else per event.
+    vectorized: bool = True
 
     def __post_init__(self) -> None:
         for name in ("value_format", "key_format"):
@@ -196,6 +200,15 @@ class DebeziumDecoder:
             if isinstance(f.field_type, PrimitiveType) and f.field_type.name == "decimal"
         }
         self._avro_notes: dict[tuple[int, str], dict[str, FieldAnnotation]] = {}
+        self.vector: DebeziumVectorReader | None = None
+        if (
+            self.options.vectorized
+            and self.options.value_format == "json"
+            and not self.options.case_insensitive
+            and not self._decimal_scales
+        ):
+            vector = DebeziumVectorReader(self.converter)
+            self.vector = vector if vector.supported else None
 
     def __reduce__(self) -> tuple:
         # Compiled converters are closures; executors rebuild them from the arguments.
@@ -205,8 +218,12 @@ class DebeziumDecoder:
     def decode(self, data: pa.Table | pa.RecordBatch) -> DecodedBatch:
         batch = KafkaBatch(data)
         out = BatchAssembler(batch, self.converter, self.name)
-        keys = batch.keys
-        for i, raw in enumerate(batch.values):
+        keys, values = batch.keys, batch.values
+        rest = range(batch.num_rows)
+        if self.vector is not None and batch.num_rows:
+            rest = self.vector.read(batch, out).tolist()  # type: ignore[assignment]
+        for i in rest:
+            raw = values[i]
             try:
                 op, row = self._event(raw, keys[i], out)
                 out.add_row(i, op, row)

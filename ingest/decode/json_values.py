@@ -120,7 +120,7 @@ class JsonValueDecoder:
         self.options = options or JsonOptions()
         self.converter = RowConverter(schema, self.options.coercion())
         self._vector = (
-            _VectorReader(self.converter)
+            VectorReader(self.converter)
             if self.options.vectorized and not self.options.case_insensitive
             else None
         )
@@ -156,7 +156,7 @@ class JsonValueDecoder:
 # ---------------------------------------------------------------- vectorized path
 
 
-class _VectorReader:
+class VectorReader:
     """Reads the plainly well-formed values of a batch with Arrow's JSON reader."""
 
     def __init__(self, converter: RowConverter) -> None:
@@ -191,7 +191,7 @@ class _VectorReader:
     def read(self, batch: KafkaBatch, out: BatchAssembler) -> np.ndarray:
         """Decodes what it can into ``out``; returns the batch rows left for per-record."""
         values = batch.value_array
-        mask = _candidate_mask(values)
+        mask = candidate_mask(values)
         candidates = np.flatnonzero(mask)
         leftover: list[np.ndarray] = [np.flatnonzero(~mask)]
         for start in range(0, len(candidates), _CHUNK_RECORDS):
@@ -205,11 +205,11 @@ class _VectorReader:
     ) -> list[np.ndarray]:
         if len(idx) <= _MIN_BISECT:
             return [idx]
-        text = _newline_joined(values.take(pa.array(idx)))
-        table = _read(text, self.reader_schema, "infer")
+        text = newline_joined(values.take(pa.array(idx)))
+        table = read_json_buffer(text, self.reader_schema, "infer")
         scan_unknown = False
         if table is None:
-            table = _read(text, self.reader_schema, "ignore")
+            table = read_json_buffer(text, self.reader_schema, "ignore")
             scan_unknown = table is not None
         if table is None or table.num_rows != len(idx):
             half = len(idx) // 2
@@ -219,8 +219,8 @@ class _VectorReader:
         if scan_unknown:
             self._scan_unknown(values, idx, out)
         else:
-            _collect_unknown(table.schema, self.reader_schema, "", out.unknown)
-        columns, bad = self._finish(table)
+            collect_unknown(table.schema, self.reader_schema, "", out.unknown)
+        columns, bad = self.finish(table)
         good = ~bad
         if good.all():
             out.add_arrow_rows(idx, columns)
@@ -244,7 +244,7 @@ class _VectorReader:
             for path, kinds in fields.items():
                 out.unknown.setdefault(path, set()).update(kinds)
 
-    def _finish(self, table: pa.Table) -> tuple[list[pa.Array], np.ndarray]:
+    def finish(self, table: pa.Table) -> tuple[list[pa.Array], np.ndarray]:
         bad = np.zeros(table.num_rows, dtype=bool)
         columns = []
         options = self.converter.options
@@ -374,7 +374,7 @@ def _arrow_temporal(
     return pc.if_else(matched, cast, pa.array(rest, type=t))
 
 
-def _candidate_mask(values: pa.Array) -> np.ndarray:
+def candidate_mask(values: pa.Array) -> np.ndarray:
     """Values that are one line, start with '{', and nest shallowly enough for Arrow."""
     if len(values) == 0:
         return np.zeros(0, dtype=bool)
@@ -392,7 +392,7 @@ def _candidate_mask(values: pa.Array) -> np.ndarray:
     return mask.fill_null(False).to_numpy(zero_copy_only=False)
 
 
-def _newline_joined(values: pa.Array) -> pa.Buffer:
+def newline_joined(values: pa.Array) -> pa.Buffer:
     lines = pc.binary_join_element_wise(values, pa.scalar(b"", pa.binary()), b"\n")
     _, offset_buffer, data = lines.buffers()
     offsets = np.frombuffer(offset_buffer, dtype=np.int32)[
@@ -401,7 +401,7 @@ def _newline_joined(values: pa.Array) -> pa.Buffer:
     return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0]))
 
 
-def _read(text: pa.Buffer, schema: pa.Schema, unexpected: str) -> pa.Table | None:
+def read_json_buffer(text: pa.Buffer, schema: pa.Schema, unexpected: str) -> pa.Table | None:
     options = pajson.ParseOptions(explicit_schema=schema, unexpected_field_behavior=unexpected)
     try:
         return pajson.read_json(pa.BufferReader(text), parse_options=options)
@@ -409,7 +409,7 @@ def _read(text: pa.Buffer, schema: pa.Schema, unexpected: str) -> pa.Table | Non
         return None
 
 
-def _collect_unknown(
+def collect_unknown(
     got: pa.Schema | pa.StructType, want: pa.Schema | pa.StructType, prefix: str, unknown: dict
 ) -> None:
     """Fields Arrow inferred beyond the reader schema (top level and inside structs)."""
@@ -419,7 +419,7 @@ def _collect_unknown(
         if w is None:
             unknown.setdefault(prefix + f.name, set()).add(arrow_type_name(f.type))
         elif pa.types.is_struct(f.type) and pa.types.is_struct(w.type):
-            _collect_unknown(f.type, w.type, f"{prefix}{f.name}.", unknown)
+            collect_unknown(f.type, w.type, f"{prefix}{f.name}.", unknown)
 
 
 def arrow_type_name(t: pa.DataType) -> str:

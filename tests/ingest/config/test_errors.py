@@ -213,8 +213,11 @@ CASES = [
     (
         "format.vectorized-not-json",
         cdc,
-        [("format.vectorized", False)],
-        ['format.vectorized: only applies to the "json" format, not "debezium-json"'],
+        [("format.type", "upsert-json"), ("format.vectorized", False)],
+        [
+            'format.vectorized: only applies to the "json" and "debezium-json" formats, '
+            'not "upsert-json"'
+        ],
     ),
     (
         "format.epoch_unit-choice",

@@ -219,9 +219,9 @@ class DebeziumDecoder:
         batch = KafkaBatch(data)
         out = BatchAssembler(batch, self.converter, self.name)
         keys, values = batch.keys, batch.values
-        rest = range(batch.num_rows)
+        rest: list[int] = list(range(batch.num_rows))
         if self.vector is not None and batch.num_rows:
-            rest = self.vector.read(batch, out).tolist()  # type: ignore[assignment]
+            rest = self.vector.read(batch, out).tolist()
         for i in rest:
             raw = values[i]
             try:

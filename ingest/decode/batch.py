@@ -264,7 +264,7 @@ class BatchAssembler:
         self._row_index: list[int] = []
         self._row_ops: list[int] = []
         self._row_values: list[list] = []
-        self._arrow_parts: list[tuple[np.ndarray, list[pa.Array]]] = []
+        self._arrow_parts: list[tuple[np.ndarray, list[pa.Array], int]] = []
         self._dead_index: list[int] = []
         self._dead_errors: list[RecordDecodeError] = []
         #: Unknown fields of the record being decoded: decoders collect into it, then
@@ -283,12 +283,14 @@ class BatchAssembler:
         self._row_ops.append(op)
         self._row_values.append(values)
 
-    def add_arrow_rows(self, indices: np.ndarray, columns: list[pa.Array]) -> None:
-        """Upsert rows already in Arrow form (the vectorized JSON path)."""
+    def add_arrow_rows(
+        self, indices: np.ndarray, columns: list[pa.Array], op: int = OP_UPSERT
+    ) -> None:
+        """Rows already in Arrow form (the vectorized paths), all upserts or all deletes."""
         if len(indices):
             indices = np.asarray(indices, dtype=np.int64)
             self._keep_unknown(indices)
-            self._arrow_parts.append((indices, columns))
+            self._arrow_parts.append((indices, columns, op))
 
     def add_dead(self, index: int, error: RecordDecodeError) -> None:
         self.unknown = {}  # a dead letter's unknown fields never become columns
@@ -329,10 +331,10 @@ class BatchAssembler:
             parts.append(table)
             indices.append(index)
             ops.append(op)
-        for index, columns in self._arrow_parts:
+        for index, columns, op_code in self._arrow_parts:
             parts.append(pa.Table.from_arrays(columns, schema=conv.arrow_schema))
             indices.append(index)
-            ops.append(np.zeros(len(index), dtype=np.int8))
+            ops.append(np.full(len(index), op_code, dtype=np.int8))
         rows = self._rows_table(parts, indices, ops)
         dead = self._dead_table()
         self._check_partition(indices)

@@ -4,8 +4,10 @@ with Arrow's JSON reader (as the ``json`` format's ``VectorReader`` reads plain 
 A chunk of values is newline-joined and read against ``{before, after: <the table's row
 type>, op}``; every create, snapshot read and update (``op`` c, r, u with an ``after``
 object) becomes an upsert row through the same per-column conversion the JSON format's
-vectorized path uses. Everything else goes back to the per-event path, which keeps its
-exact behaviour and dead letters: tombstones, deletes, truncate and message events,
+vectorized path uses, and every delete with a ``before`` object a delete row of its
+identifier columns. Everything else goes back to the per-event path, which keeps its
+exact behaviour and dead letters: tombstones, deletes without a usable ``before`` key
+(the per-event path then reads the Kafka key), truncate and message events,
 malformed or non-object values, schema-wrapped events (``{"schema", "payload"}``: their
 Connect annotations need the per-event path), rows a column conversion refuses, and any
 record with fields the table does not have (the per-event path reports them for schema
@@ -22,13 +24,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from calving.ingest.decode.batch import BatchAssembler, KafkaBatch, RowConverter
+from calving.ingest.decode.batch import (
+    OP_DELETE,
+    OP_UPSERT,
+    BatchAssembler,
+    KafkaBatch,
+    RowConverter,
+)
 from calving.ingest.decode.json_values import (
     VectorReader,
     candidate_mask,
     collect_unknown,
     newline_joined,
     read_json_buffer,
+    to_target,
 )
 
 CHUNK_RECORDS = 16384
@@ -65,28 +74,64 @@ class DebeziumVectorReader:
             return [idx]
         text = newline_joined(values.take(pa.array(idx)))
         table = read_json_buffer(text, self.reader_schema, "infer")
-        upserts = None if table is None or table.num_rows != len(idx) else self._upserts(table)
-        if table is None or upserts is None:  # unreadable, or fields the table lacks
+        kinds = None if table is None or table.num_rows != len(idx) else self._events(table)
+        if table is None or kinds is None:  # unreadable, or fields the table lacks
             half = len(idx) // 2
             return self._chunk(values, idx[:half], out) + self._chunk(values, idx[half:], out)
-        if not upserts.any():
-            return [idx]
-        chosen = np.flatnonzero(upserts)
-        after = table.column("after").combine_chunks().take(pa.array(chosen))
-        rows = pa.Table.from_arrays(
-            [after.field(f.name) for f in self.row_type], names=[f.name for f in self.row_type]
-        )
-        columns, bad = self.rows.finish(rows)
+        upserts, deletes = kinds
+        done = [
+            self._add(out, idx, table, "after", upserts, OP_UPSERT),
+            self._add(out, idx, table, "before", deletes, OP_DELETE),
+        ]
+        taken = np.concatenate(done)
+        self.decoded += len(taken)
+        return [np.setdiff1d(idx, taken, assume_unique=True)]
+
+    def _add(
+        self, out: BatchAssembler, idx: np.ndarray, table: pa.Table, image: str,
+        which: np.ndarray, op: int,
+    ) -> np.ndarray:  # fmt: skip
+        """Rows of ``image`` (after: upserts, before: deletes' keys) for the chosen events;
+        the batch rows added (the others stay for the per-event path)."""
+        chosen = np.flatnonzero(which)
+        if len(chosen) == 0:
+            return np.zeros(0, np.int64)
+        struct = table.column(image).combine_chunks().take(pa.array(chosen))
+        if op == OP_UPSERT:
+            rows = pa.Table.from_arrays(
+                [struct.field(f.name) for f in self.row_type], names=[f.name for f in self.row_type]
+            )
+            columns, bad = self.rows.finish(rows)
+        else:
+            columns, bad = self._keys(struct)
         good = ~bad
         keep = pa.array(good)
         done = idx[chosen[good]]
-        out.add_arrow_rows(done, [c.filter(keep) for c in columns])
-        self.decoded += len(done)
-        return [np.setdiff1d(idx, done, assume_unique=True)]
+        out.add_arrow_rows(done, [c.filter(keep) for c in columns], op)
+        return done
 
-    def _upserts(self, table: pa.Table) -> np.ndarray | None:
-        """Which rows are plain c/r/u events with an ``after`` object; None if the chunk
-        holds fields the table does not have (the per-event path names them)."""
+    def _keys(self, before: pa.StructArray) -> tuple[list[pa.Array], np.ndarray]:
+        """A delete row per event: the identifier columns from ``before`` (converted as
+        the upsert columns are), the other columns null. A missing or unconvertible key
+        leaves the event to the per-event path (which then tries the Kafka key)."""
+        converter = self.rows.converter
+        keys = set(converter.key_names)
+        options = converter.options
+        bad = np.zeros(len(before), dtype=bool)
+        columns = []
+        for field, ice in zip(self.rows.target, converter.schema.fields):
+            if field.name not in keys:
+                columns.append(pa.nulls(len(before), field.type))
+                continue
+            arr = to_target(before.field(field.name), field.type, ice.field_type, options, bad)
+            bad |= arr.is_null().to_numpy(zero_copy_only=False)
+            columns.append(arr)
+        return columns, bad
+
+    def _events(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray] | None:
+        """Which rows are plain c/r/u events with an ``after`` object, and which are
+        deletes with a ``before`` object; None if an ``after`` holds fields the table
+        does not have (the per-event path names them)."""
         after_type = table.schema.field("after").type
         if not pa.types.is_struct(after_type):
             return None
@@ -94,12 +139,20 @@ class DebeziumVectorReader:
         collect_unknown(after_type, self.row_type, "", unknown)
         if unknown:
             return None
+        op = table.column("op")
         upsert = pc.and_(
-            pc.is_in(table.column("op"), value_set=UPSERT_OPS).fill_null(False),
-            table.column("after").is_valid(),
+            pc.is_in(op, value_set=UPSERT_OPS).fill_null(False), table.column("after").is_valid()
         )
+        delete = pc.and_(pc.equal(op, "d").fill_null(False), table.column("before").is_valid())
+        if not pa.types.is_struct(table.schema.field("before").type):
+            delete = pc.and_(delete, False)
         names = set(table.column_names)
         if {"schema", "payload"} <= names:  # a wrapped event: its payload is the envelope
             wrapped = pc.and_(table.column("schema").is_valid(), table.column("payload").is_valid())
             upsert = pc.and_(upsert, pc.invert(wrapped))
-        return np.asarray(upsert.to_numpy(zero_copy_only=False), dtype=bool)
+            delete = pc.and_(delete, pc.invert(wrapped))
+        return _mask(upsert), _mask(delete)
+
+
+def _mask(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)

@@ -250,7 +250,7 @@ class VectorReader:
         options = self.converter.options
         for field, ice in zip(self.target, self.converter.schema.fields):
             col = table.column(field.name).combine_chunks()
-            arr = _to_target(col, field.type, ice.field_type, options, bad)
+            arr = to_target(col, field.type, ice.field_type, options, bad)
             bad |= required_violations(arr, field)
             columns.append(arr)
         return columns, bad
@@ -271,7 +271,7 @@ def _needs_python(t: pa.DataType) -> bool:
     )
 
 
-def _to_target(
+def to_target(
     arr: pa.Array, t: pa.DataType, ice: IcebergType, options: CoercionOptions, bad: np.ndarray
 ) -> pa.Array:
     """Reader array -> target-typed array; marks rows whose values break a rule in ``bad``.
@@ -283,14 +283,14 @@ def _to_target(
         children = []
         for f, child_ice in zip(t, ice.fields):
             children.append(
-                _to_target(arr.field(f.name), f.type, child_ice.field_type, options, bad)
+                to_target(arr.field(f.name), f.type, child_ice.field_type, options, bad)
             )
         mask = arr.is_null() if arr.null_count else None
         return pa.StructArray.from_arrays(children, fields=list(t), mask=mask)
     if isinstance(ice, ListType):
         flat = arr.flatten()
         child_bad = np.zeros(len(flat), dtype=bool)
-        child = _to_target(flat, t.value_type, ice.element_type, options, child_bad)
+        child = to_target(flat, t.value_type, ice.element_type, options, child_bad)
         if child_bad.any():
             parents = pc.list_parent_indices(arr).to_numpy()
             bad[np.unique(parents[child_bad])] = True

@@ -139,10 +139,17 @@ def test_a_clean_stream_is_read_entirely_by_arrow():
         ).encode()
         for i in range(500)
     ]
+    values += [
+        json.dumps({"op": "d", "before": {"tenant": "a", "id": i, "note": "x"}}).encode()
+        for i in range(100)
+    ]
     decoder = DebeziumDecoder(TABLE)
     out = decoder.decode(kafka_batch(values))
-    assert out.rows.num_rows == 500 and out.dead_letters.num_rows == 0
-    assert decoder.vector is not None and decoder.vector.decoded == 500
+    assert out.rows.num_rows == 600 and out.dead_letters.num_rows == 0
+    assert decoder.vector is not None and decoder.vector.decoded == 600
+    assert out.rows.column("_op").to_pylist() == [0] * 500 + [1] * 100
+    deleted = out.rows.slice(500).to_pylist()
+    assert deleted[7]["id"] == 7 and deleted[7]["note"] is None  # keys only
 
 
 def test_one_poison_value_does_not_send_the_chunk_the_slow_way():

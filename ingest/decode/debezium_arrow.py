@@ -51,10 +51,20 @@ class DebeziumVectorReader:
         self.supported = self.rows.supported
         if not self.supported:
             return
-        self.row_type = pa.struct(list(self.rows.reader_schema))
-        self.reader_schema = pa.schema(
-            [("before", self.row_type), ("after", self.row_type), ("op", pa.string())]
+        as_text = pa.struct(list(self.rows.reader_schema))
+        # Debezium writes dates, times and zone-less timestamps as epoch integers (unless
+        # told otherwise): a second reading reads those as int64 (converted by ``coerce``,
+        # per value); zoned timestamps stay ISO strings.
+        as_ints = pa.struct(
+            [
+                pa.field(f.name, pa.int64()) if _temporal(target.type) else f
+                for f, target in zip(self.rows.reader_schema, self.rows.target)
+            ]
         )
+        self.row_types = [as_text] if as_ints == as_text else [as_text, as_ints]
+        self.row_type = as_text
+        #: Which reading worked last (tried first next time).
+        self.preferred = 0
         #: Records this reader decoded (the rest went to the per-event path).
         self.decoded = 0
 
@@ -72,9 +82,7 @@ class DebeziumVectorReader:
     def _chunk(self, values: pa.Array, idx: np.ndarray, out: BatchAssembler) -> list[np.ndarray]:
         if len(idx) <= MIN_BISECT:
             return [idx]
-        text = newline_joined(values.take(pa.array(idx)))
-        table = read_json_buffer(text, self.reader_schema, "infer")
-        kinds = None if table is None or table.num_rows != len(idx) else self._events(table)
+        table, kinds = self._read(newline_joined(values.take(pa.array(idx))), len(idx))
         if table is None or kinds is None:  # unreadable, or fields the table lacks
             half = len(idx) // 2
             return self._chunk(values, idx[:half], out) + self._chunk(values, idx[half:], out)
@@ -86,6 +94,21 @@ class DebeziumVectorReader:
         taken = np.concatenate(done)
         self.decoded += len(taken)
         return [np.setdiff1d(idx, taken, assume_unique=True)]
+
+    def _read(
+        self, text: pa.Buffer, n: int
+    ) -> tuple[pa.Table | None, tuple[np.ndarray, np.ndarray] | None]:
+        """The chunk read with temporal columns as text, or as epoch integers (the
+        reading that worked last first); the table and its upsert / delete masks."""
+        order = [self.preferred] + [k for k in range(len(self.row_types)) if k != self.preferred]
+        for k in order:
+            row = self.row_types[k]
+            schema = pa.schema([("before", row), ("after", row), ("op", pa.string())])
+            table = read_json_buffer(text, schema, "infer")
+            if table is not None and table.num_rows == n:
+                self.preferred = k
+                return table, self._events(table, row)
+        return None, None
 
     def _add(
         self, out: BatchAssembler, idx: np.ndarray, table: pa.Table, image: str,
@@ -128,7 +151,9 @@ class DebeziumVectorReader:
             columns.append(arr)
         return columns, bad
 
-    def _events(self, table: pa.Table) -> tuple[np.ndarray, np.ndarray] | None:
+    def _events(
+        self, table: pa.Table, row_type: pa.StructType
+    ) -> tuple[np.ndarray, np.ndarray] | None:
         """Which rows are plain c/r/u events with an ``after`` object, and which are
         deletes with a ``before`` object; None if an ``after`` holds fields the table
         does not have (the per-event path names them)."""
@@ -136,7 +161,7 @@ class DebeziumVectorReader:
         if not pa.types.is_struct(after_type):
             return None
         unknown: dict[str, set[str]] = {}
-        collect_unknown(after_type, self.row_type, "", unknown)
+        collect_unknown(after_type, row_type, "", unknown)
         if unknown:
             return None
         op = table.column("op")
@@ -156,3 +181,9 @@ class DebeziumVectorReader:
 
 def _mask(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _temporal(t: pa.DataType) -> bool:
+    """Columns Debezium writes as epoch integers (dates, times, zone-less timestamps);
+    zoned ones (``ZonedTimestamp``) are ISO strings."""
+    return pa.types.is_date(t) or pa.types.is_time(t) or (pa.types.is_timestamp(t) and t.tz is None)

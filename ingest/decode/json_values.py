@@ -353,8 +353,8 @@ def _arrow_temporal(
     """Dates and timestamps by Arrow's cast where the gate pattern matches; ``coerce`` for
     the remaining strings. None when Arrow refuses the column (e.g. 2023-02-30)."""
     pattern = arrow_gate_pattern(t, options.naive_timestamps_as_utc)
-    if pattern is None:
-        return None
+    if pattern is None or not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        return None  # epoch integers (Debezium's encoding) go through ``coerce``
     matched = pc.match_substring_regex(arr, pattern).fill_null(False)
     try:
         cast = pc.if_else(matched, arr, pa.scalar(None, arr.type)).cast(t)

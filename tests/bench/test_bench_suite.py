@@ -100,3 +100,11 @@ def test_rest_catalog_bench_at_a_tiny_size():
     assert set(sides) == {"sql", "rest", "pyiceberg"}
     assert all(r["median_ms"] > 0 for r in sides.values())
     assert "pyiceberg -> REST" in rest_catalog.report(results)
+
+
+def test_decode_debezium_bench_at_a_tiny_size():
+    from tests.bench import decode_debezium
+
+    got = decode_debezium.measure(2_000)
+    assert set(got) == {"per-event", "vectorized"}
+    assert all(rate > 0 and cpu > 0 for rate, cpu in got.values())

@@ -215,8 +215,10 @@ CASES = [
         cdc,
         [("format.type", "upsert-json"), ("format.vectorized", False)],
         [
-            'format.vectorized: only applies to the "json" and "debezium-json" formats, '
-            'not "upsert-json"'
+            (
+                'format.vectorized: only applies to the "json" and "debezium-json" formats, '
+                'not "upsert-json"'
+            )
         ],
     ),
     (

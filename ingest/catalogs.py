@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,7 @@ from calving.commit.spec.types import (
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
 from calving.commit.table.table import Table, create_table
-from calving.ingest.config.catalog import RestSettings
+from calving.ingest.config.catalog import REST_PREFIXES, RestSettings
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.preflight import check_table_properties
 from calving.ingest.config.table import TableConfig, build_spec
@@ -89,7 +90,29 @@ def open_catalog(table_cfg: TableConfig, io: FileIO | None = None) -> Catalog:
     return open_sql_catalog(table_cfg.catalog_name, table_cfg.catalog, table_cfg.warehouse, io)
 
 
-def open_rest_catalog(name: str, rest: RestSettings, io: FileIO) -> Catalog:
+def open_catalog_uri(uri: str, name: str, io: FileIO, key: str = "--catalog") -> Catalog:
+    """The catalog a bare URI names (``--catalog`` of the admin commands): SQL,
+    ``file:`` / a path (filesystem) or ``rest+http(s)://`` (REST, no credentials: a
+    catalog that needs them is reached with ``--config``)."""
+    if uri.startswith(REST_PREFIXES):
+        base = uri[len("rest+") :].rstrip("/")
+        parts = urllib.parse.urlsplit(base)
+        if not parts.hostname or parts.username or parts.password:
+            raise ConfigError(
+                f"{key}: expected rest+http://host:port/path without credentials in it"
+            )
+        return open_rest_catalog(name, RestSettings(base), io, key=key)
+    if uri.startswith("file:") or "://" not in uri:
+        try:
+            return FilesystemCatalog(uri, name=name, io=io)
+        except ConfigError as exc:
+            raise ConfigError(f"{key}: {exc}") from None
+    return open_sql_catalog(name, uri, None, io, key=key)
+
+
+def open_rest_catalog(
+    name: str, rest: RestSettings, io: FileIO, key: str = "table.catalog"
+) -> Catalog:
     """``RestCatalog`` for ``rest``; a server that cannot be reached, refuses the
     credentials or answers nonsense is one line naming ``table.catalog`` (never a
     secret: the transport's messages hold none)."""
@@ -109,9 +132,18 @@ def open_rest_catalog(name: str, rest: RestSettings, io: FileIO) -> Catalog:
             timeout_s=rest.timeout_s,
         )
     except CatalogUnavailableError as exc:
-        raise CatalogUnavailableError(f"table.catalog: REST catalog unreachable: {exc}") from None
+        raise CatalogUnavailableError(
+            f"{key}: REST catalog {rest.uri} unavailable: {exc}"
+        ) from None
     except CalvingError as exc:
-        raise ConfigError(f"table.catalog: REST catalog {rest.uri}: {exc}") from None
+        raise ConfigError(f"{key}: REST catalog {rest.uri}: {exc}") from None
+    except (TypeError, ValueError, AttributeError) as exc:
+        # A /v1/config whose ``defaults`` / ``overrides`` are not objects: the client
+        # reads it without checking (its bug); still a one-line startup error here.
+        raise ConfigError(
+            f"{key}: REST catalog {rest.uri}: /v1/config answered a malformed document "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
 
 
 #: Database driver modules and the calving extra that installs them.

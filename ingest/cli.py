@@ -312,17 +312,12 @@ def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
         uri = args.catalog or os.environ.get("CALVING_CATALOG")
         if not uri:
             raise ConfigError("--catalog: give a catalog URI, --config, or set CALVING_CATALOG")
-        from calving.commit.catalog.filesystem import FilesystemCatalog
         from calving.commit.io import FileIO
-        from calving.ingest.catalogs import open_sql_catalog
+        from calving.ingest.catalogs import open_catalog_uri
 
         secrets.add_url(uri)
         io = FileIO()
-        catalog = (
-            FilesystemCatalog(uri, name=args.catalog_name, io=io)
-            if uri.startswith("file:") or "://" not in uri
-            else open_sql_catalog(args.catalog_name, uri, None, io, key="--catalog")
-        )
+        catalog = open_catalog_uri(uri, args.catalog_name, io)
     table = Table.load(catalog, parse_ident(args.name), io)
     print(
         describe_table(table, snapshots=args.snapshots, files=args.files, target_file_bytes=target)

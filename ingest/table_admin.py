@@ -81,7 +81,7 @@ def check_change(key: str, value: str | None) -> None:
 
 def open_target(args: argparse.Namespace) -> tuple[Catalog, FileIO]:
     """The catalog named by ``--config`` or ``--catalog`` / ``$CALVING_CATALOG``."""
-    from calving.ingest.catalogs import file_io, open_catalog
+    from calving.ingest.catalogs import file_io, open_catalog, open_catalog_uri
 
     if args.config is not None:
         from calving.ingest.config.loader import load_config
@@ -92,16 +92,8 @@ def open_target(args: argparse.Namespace) -> tuple[Catalog, FileIO]:
     uri = args.catalog or os.environ.get("CALVING_CATALOG")
     if not uri:
         raise ConfigError("--catalog: give a catalog URI, --config, or set CALVING_CATALOG")
-    from calving.commit.catalog.filesystem import FilesystemCatalog
-    from calving.commit.catalog.sql import SqlCatalog
-
     io = FileIO()
-    if uri.startswith("file:") or "://" not in uri:
-        return FilesystemCatalog(uri, name=args.catalog_name, io=io), io
-    try:
-        return SqlCatalog(args.catalog_name, uri, None, io=io), io
-    except ConfigError as exc:
-        raise ConfigError(f"--catalog: {exc}") from None
+    return open_catalog_uri(uri, args.catalog_name, io), io
 
 
 def change_property(catalog: Catalog, io: FileIO, name: str, key: str, value: str | None) -> str:

@@ -19,11 +19,13 @@ shown. With ``type = "sql"`` or ``"filesystem"``, ``uri`` is what the string for
 
 from __future__ import annotations
 
+import re
 import urllib.parse
 from dataclasses import dataclass, field
 
+from calving.commit.errors import ConfigError
 from calving.ingest.config.reader import Section
-from calving.ingest.config.secrets import masked_repr
+from calving.ingest.config.secrets import SENSITIVE_KEY, join_key, masked_repr
 
 CATALOG_KEYS = (
     "type",
@@ -40,6 +42,8 @@ CATALOG_TYPES = ("rest", "sql", "filesystem")
 #: ``table.catalog`` strings naming a REST catalog: the rest is its base URI.
 REST_PREFIXES = ("rest+http://", "rest+https://")
 _SECRETS = ("token", "credential")
+#: Header names whose values are credentials: like ``token``, only from ``${env:NAME}``.
+SECRET_HEADER = re.compile(r"authorization|cookie|api-?key|" + SENSITIVE_KEY.pattern, re.IGNORECASE)
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -111,7 +115,20 @@ def parse_rest(s: Section, uri: str, warehouse: str | None = None) -> RestSettin
         if oauth2 is None
         else checked_http_uri(s, "oauth2_server_uri", oauth2),
         scope=s.string("scope", what="an OAuth2 scope"),
-        headers=s.passthrough("headers"),
+        headers=_headers(s),
         timeout_s=timeout,
         env_keys=s.env_names(),
     )
+
+
+def _headers(s: Section) -> dict[str, str]:
+    """``headers``; a credential-bearing one (``Authorization``, ``Cookie``, an API key)
+    must come from ``${env:NAME}``, as ``token`` must: it is then masked everywhere."""
+    headers = s.passthrough("headers")
+    for name in headers:
+        key = join_key(s.key("headers"), name)
+        if SECRET_HEADER.search(name) and key not in s.ctx.env_keys:
+            raise ConfigError(
+                f'{key}: holds a credential: give it as "${{env:NAME}}", never in the file'
+            )
+    return headers

@@ -185,7 +185,7 @@ def test_unreachable_server_and_wrong_credential_are_one_line(tmp_path, served):
     )
     with pytest.raises(CalvingError) as info:
         open_catalog(closed.table)
-    assert "table.catalog: REST catalog unreachable" in str(info.value)
+    assert "table.catalog: REST catalog http://127.0.0.1:9 unavailable" in str(info.value)
     wrong = parse_config(
         _doc_for(served, tmp_path),
         "pipeline.toml",

@@ -89,11 +89,13 @@ class RestCatalog(Catalog):
         config = self.http.request("GET", f"v1/config{query}")
         if not isinstance(config, Mapping):
             raise CatalogError(f"REST catalog {uri}: /v1/config did not answer a JSON object")
-        merged = {
-            **dict(config.get("defaults") or {}),
-            **({"warehouse": warehouse} if warehouse else {}),
-        }
-        merged.update(config.get("overrides") or {})
+        defaults, overrides = config.get("defaults") or {}, config.get("overrides") or {}
+        if not isinstance(defaults, Mapping) or not isinstance(overrides, Mapping):
+            raise CatalogError(
+                f"REST catalog {uri}: /v1/config 'defaults' and 'overrides' must be JSON objects"
+            )
+        merged = {**dict(defaults), **({"warehouse": warehouse} if warehouse else {})}
+        merged.update(overrides)
         self.warehouse = (
             to_uri(str(merged["warehouse"])).rstrip("/") if merged.get("warehouse") else None
         )

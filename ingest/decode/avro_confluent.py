@@ -74,8 +74,35 @@ class WriterSchema:
         top-level field ``field_name`` (e.g. Debezium's ``after``)."""
         record = self.raw
         if field_name is not None:
-            record = _record_of(_field_type(record, field_name))
+            named = _named_records(self.raw)
+            record = _record_of(_field_type(record, field_name), named)
         return record_annotations(record)
+
+
+def _named_records(
+    t: Any, namespace: str = "", out: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Every record defined in schema ``t`` by full and short name: a field may refer to
+    a record defined earlier by name (Debezium's ``after`` names ``before``'s record)."""
+    out = {} if out is None else out
+    if isinstance(t, list):
+        for branch in t:
+            _named_records(branch, namespace, out)
+    elif isinstance(t, dict):
+        if t.get("type") == "record" and isinstance(t.get("name"), str):
+            name = t["name"]
+            namespace = t.get("namespace", namespace) if "." not in name else name.rsplit(".", 1)[0]
+            full = name if "." in name or not namespace else f"{namespace}.{name}"
+            out.setdefault(full, t)
+            out.setdefault(name.rsplit(".", 1)[-1], t)
+            for f in t.get("fields", ()):
+                if isinstance(f, dict):
+                    _named_records(f.get("type"), namespace, out)
+        elif "items" in t or "values" in t:
+            _named_records(t.get("items", t.get("values")), namespace, out)
+        elif isinstance(t.get("type"), dict | list):
+            _named_records(t["type"], namespace, out)
+    return out
 
 
 def _field_type(record: Any, name: str) -> Any:
@@ -86,15 +113,17 @@ def _field_type(record: Any, name: str) -> Any:
     return None
 
 
-def _record_of(t: Any) -> Any:
+def _record_of(t: Any, named: dict[str, Any] | None = None) -> Any:
     if isinstance(t, list):
         for branch in t:
-            found = _record_of(branch)
+            found = _record_of(branch, named)
             if found is not None:
                 return found
         return None
     if isinstance(t, dict) and t.get("type") == "record":
         return t
+    if isinstance(t, str) and named:
+        return named.get(t)
     return None
 
 

@@ -199,10 +199,9 @@ def test_derived_avro_schema_decodes_an_avro_event():
     payload = dict(_recorded("pg_orders.json")["value"]["payload"])
     after = dict(payload["after"])
     after["total"] = Decimal("1234.50")
-    # Debezium's ``after`` is ["null", "Value"], a named reference to ``before``'s record;
-    # avro_confluent's record_annotations does not follow it yet, so the decoder would not
-    # unwrap a VariableScaleDecimal there (the JSON test covers that column).
-    after["discount"] = None
+    # Debezium's ``after`` is ["null", "Value"], a named reference to ``before``'s record:
+    # its VariableScaleDecimal is unwrapped only if the reference is followed.
+    after["discount"] = {"scale": 2, "value": (1250).to_bytes(2, "big", signed=True)}
     after["delivery_area"] = {"wkb": base64.b64decode(after["delivery_area"]["wkb"]), "srid": 4326}
     after["flags"] = base64.b64decode(after["flags"])
     payload["after"] = after
@@ -219,6 +218,7 @@ def test_derived_avro_schema_decodes_an_avro_event():
     assert out.dead_letters.num_rows == 0, out.dead_letters.to_pylist()
     row = data_rows(out)[0]
     assert row["id"] == 10001 and row["total"] == Decimal("1234.50") and row["flags"] == b"\x0b"
+    assert row["discount"] == Decimal("12.50")
     assert str(row["updated_at"]) == "2024-03-01 12:00:05.500000+00:00"
 
 

@@ -229,7 +229,7 @@ def ensure_table(
     try:
         table = Table.load(catalog, ident, io)
     except NoSuchTableError:
-        schema = _new_schema(table_cfg, sample, fmt)
+        schema = config_schema(table_cfg, sample, fmt)
         spec = build_spec(schema, table_cfg.partition)
         try:
             return create_table(
@@ -310,7 +310,7 @@ def _evolve(table: Table, columns: Sequence[_Column]) -> None:
 # ---------------------------------------------------------------- schemas of new tables
 
 
-def _new_schema(cfg: TableConfig, sample: pa.Table | None, fmt: FormatConfig | None) -> Schema:
+def config_schema(cfg: TableConfig, sample: pa.Table | None, fmt: FormatConfig | None) -> Schema:
     if not cfg.infer_schema:
         return _checked(cfg.schema)
     if sample is None:

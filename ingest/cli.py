@@ -240,7 +240,7 @@ def _run_pipeline(
     if not args.verbose:
         quiet_query_errors(pipeline.spark)
     log.info("streaming %s into %s as writer %s", config.source.spark_options().get(
-        "subscribe", "the configured topics"), pipeline.table.name, config.sink.writer_id)  # fmt: skip
+        "subscribe", "the configured topics"), pipeline.sink.description, config.sink.writer_id)  # fmt: skip
     if not stop.is_set():
         pipeline.run(available_now=args.available_now)
     if stop.is_set() and not interrupted.is_set():

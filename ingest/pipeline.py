@@ -33,6 +33,7 @@ from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
 from calving.ingest.metrics import metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
+from calving.ingest.sink.many.sink import ManyTablesSink
 from calving.ingest.sink.path_choice import PathChoice, choose_path
 
 if TYPE_CHECKING:
@@ -161,8 +162,9 @@ class Pipeline:
 
     config: CalvingConfig
     spark: Any
-    table: Table
-    sink: CalvingSink
+    #: The table (None for a many-table pipeline: ``sink.tables`` has them).
+    table: Table | None
+    sink: CalvingSink | ManyTablesSink
     #: Set it (e.g. from a SIGTERM handler) to make ``run()`` stop between batches.
     stop_requested: threading.Event = field(default_factory=threading.Event)
     #: The id of the last batch this process committed (None: none yet).
@@ -171,6 +173,13 @@ class Pipeline:
     maintainer: Maintainer | None = None
     #: How records travel: fused read-decode-write tasks, or through Spark (shuffle).
     path: PathChoice = field(default_factory=lambda: PathChoice("shuffle", "default"))
+
+    @property
+    def one_table(self) -> Table:
+        """The table of a one-table pipeline (a many-table one has ``sink.tables``)."""
+        if self.table is None:
+            raise CalvingError("this pipeline writes many tables; see pipeline.sink.tables")
+        return self.table
 
     def source_frame(self) -> Any:
         """The streaming DataFrame of the configured Kafka source, never reading below
@@ -184,8 +193,7 @@ class Pipeline:
         options = {**self.config.source.spark_options(), **self.path.source_options}
         for key, value in options.items():
             reader = reader.option(key, value)
-        self.table.refresh()
-        ledger = self.table.ledger(self.config.sink.writer_id)
+        ledger = self.sink.starting_ledger()
         if ledger:
             reader = reader.option("calving.startingLedger", json.dumps(offsets_to_json(ledger)))
         return reader.load()
@@ -236,7 +244,9 @@ class Pipeline:
         except StreamingQueryException as failure:
             if self.stop_requested.is_set() and _StopRequested.__name__ in str(failure):
                 return
-            raise StreamFailedError(f"stream into {self.table.name} failed: {failure}") from failure
+            raise StreamFailedError(
+                f"stream into {self.sink.description} failed: {failure}"
+            ) from failure
         finally:
             if query.isActive:
                 query.stop()
@@ -255,7 +265,12 @@ def build_pipeline(
     on_batch: Callable[[BatchStats], None] | None = None,
 ) -> Pipeline:
     """Open the catalog, create or check the table and the dead-letter table, and build
-    the sink. A new table with ``infer_schema`` samples the topic first."""
+    the sink. A new table with ``infer_schema`` samples the topic first. A routed
+    table name (whole-database CDC) builds a ``ManyTablesSink`` instead."""
+    if config.router is not None:
+        many = build_many_sink(config, on_batch=on_batch)
+        path = PathChoice("fused", "many tables: one task per partition range", keyed=True)
+        return Pipeline(config, spark or spark_session(config.spark), None, many, path=path)
     sink = build_sink(config, on_batch=on_batch)
     session = spark or spark_session(config.spark)
     maintainer = None
@@ -266,6 +281,38 @@ def build_pipeline(
     path = path_for(config, sink.table)
     log.info("records path: %s (%s)", path.path, path.reason)
     return Pipeline(config, session, sink.table, sink, maintainer=maintainer, path=path)
+
+
+def build_many_sink(
+    config: CalvingConfig, *, on_batch: Callable[[Any], None] | None = None
+) -> ManyTablesSink:
+    """The sink of a many-table pipeline: the catalog, the dead-letter table and the
+    router; the tables themselves are opened or created as their topics appear."""
+    assert config.router is not None
+    validate_before_create(config)
+    io = file_io(config.table)
+    catalog = open_catalog(config.table, io)
+    sink_cfg = config.sink
+    dead_letters = (
+        ensure_dead_letter_table(catalog, io, sink_cfg.dead_letter_table)
+        if sink_cfg.dead_letter_table
+        else None
+    )
+    return ManyTablesSink(
+        catalog,
+        io,
+        config.router,
+        config.table,
+        config.format,
+        sink_cfg.writer_id,
+        config.source.source_options(),
+        dead_letter_table=dead_letters,
+        dead_letter_topic=sink_cfg.dead_letter_topic,
+        kafka_config=config.source.kafka_client_config() if sink_cfg.dead_letter_topic else None,
+        dead_letter_max_bytes=sink_cfg.dead_letter_max_bytes,
+        index_save_every=sink_cfg.index_save_every,
+        on_batch=on_batch,
+    )
 
 
 def path_for(config: CalvingConfig, table: Table) -> PathChoice:

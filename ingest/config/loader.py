@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from calving.commit.errors import ConfigError
 from calving.ingest.config.format import KEYS as FORMAT_KEYS
@@ -32,12 +32,20 @@ from calving.ingest.config.source import SourceConfig, parse_source
 from calving.ingest.config.table import KEYS as TABLE_KEYS
 from calving.ingest.config.table import TableConfig, parse_table
 
+if TYPE_CHECKING:
+    # The router's module reads config sections itself: imported where it is used.
+    from calving.ingest.route.router import TableRouter
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport
     import tomli as tomllib
 
-SECTIONS = ("source", "format", "table", "sink", "spark", "metrics", "maintenance")
+SECTIONS = ("source", "format", "table", "tables", "sink", "spark", "metrics", "maintenance")
+
+
+#: Formats a many-table pipeline reads: each event carries its table's key and schema.
+ROUTED_FORMATS = ("debezium-json", "debezium-avro")
 
 
 @dataclass(frozen=True)
@@ -54,6 +62,9 @@ class CalvingConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     #: ``[maintenance]``: ``calving maintain``'s policy and inline maintenance.
     maintenance: MaintenanceConfig = field(default_factory=MaintenanceConfig)
+    #: Many tables (``table.name`` a template or ``table.topic_map``): which table each
+    #: topic's change events go to, with the ``[tables."..."]`` settings; else None.
+    router: TableRouter | None = None
     #: Where the config came from (a file path, or the name given to ``parse_config``).
     origin: str = "<config>"
     #: Masks values from ``${env:...}`` in messages of later stages (creating the table).
@@ -106,6 +117,7 @@ def _parse(resolved: dict[str, Any], origin: str, ctx: Context) -> CalvingConfig
     spark = root.table("spark", SPARK_KEYS)
     metrics = root.table("metrics", METRICS_KEYS)
     maintenance = root.table("maintenance", MAINTENANCE_KEYS)
+    tables = root.raw("tables")
     root.finish()
     assert source is not None and fmt is not None and table is not None and sink is not None
 
@@ -122,13 +134,47 @@ def _parse(resolved: dict[str, Any], origin: str, ctx: Context) -> CalvingConfig
         maintenance=parse_maintenance(maintenance),
         origin=origin,
         redact=ctx.redact,
+        router=_router(table_cfg, source_cfg, tables, ctx),
     )
     _check_across(config)
     return config
 
 
+def _router(
+    table: TableConfig, source: SourceConfig, tables: Any, ctx: Context
+) -> TableRouter | None:
+    if not table.routed:
+        if tables is not None:
+            raise ConfigError(
+                '[tables."..."]: per-table settings need a routed table name (a template '
+                'such as table.name = "{schema}.{table}", or table.topic_map)'
+            )
+        return None
+    from calving.ingest.route.router import TableRouter
+
+    if source.assign:
+        raise ConfigError("source.assign: a routed pipeline reads source.topics or topic_pattern")
+    return TableRouter.from_config(
+        name=table.name,
+        topics=source.topics,
+        topic_pattern=source.topic_pattern,
+        topic_map=table.topic_map,
+        tables=tables,
+        name_case=table.name_case,
+        invalid_characters=table.invalid_characters,
+        ctx=ctx,
+    )
+
+
 def _check_across(config: CalvingConfig) -> None:
     fmt, table = config.format, config.table
+    if config.router is not None:
+        if fmt.type not in ROUTED_FORMATS:
+            raise ConfigError(
+                f"format.type: a routed table name needs change events that carry their "
+                f'table\'s schema and key ({" or ".join(ROUTED_FORMATS)}), got "{fmt.type}"'
+            )
+        return
     if fmt.keyed and not table.identifier_fields:
         raise ConfigError(
             f'table.identifier_fields: format.type "{fmt.type}" carries updates and deletes, '

@@ -58,6 +58,9 @@ KEYS = (
     "infer_schema",
     "infer_temporal",
     "io",
+    "topic_map",
+    "name_case",
+    "invalid_characters",
 )
 COLUMN_KEYS = ("name", "type", "required", "doc")
 CATALOG_EXAMPLES = (
@@ -126,10 +129,20 @@ class TableConfig:
     #: A REST catalog's settings (``table.catalog = "rest+http://..."`` or a
     #: ``[table.catalog]`` table with ``type = "rest"``); None for SQL and filesystem.
     rest: RestSettings | None = None
+    #: Many tables (whole-database CDC): ``name`` is a template (``{schema}.{table}``) or
+    #: ``topic_map`` names tables by topic; ``calving.ingest.route`` decides per topic.
+    topic_map: dict[str, str] = field(default_factory=dict)
+    name_case: str = "lower"
+    invalid_characters: str = "replace"
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
     def __repr__(self) -> str:
         return masked_repr(self)
+
+    @property
+    def routed(self) -> bool:
+        """True when the pipeline writes many tables, routed per topic."""
+        return "{" in self.name or bool(self.topic_map)
 
     @property
     def ident(self) -> tuple[str, ...]:
@@ -224,15 +237,49 @@ def parse_table(s: Section) -> TableConfig:
         rest = replace(rest, warehouse=warehouse)
 
     name = s.required_string("name", what='"namespace.table"')
-    try:
-        check_ident(tuple(name.split(".")))
-    except CalvingError:
-        s.fail("name", f'expected "namespace.table", got {s.shown(s.key("name"), name)}')
-    check_name(s, "name", name, dotted=True)
+    topic_map = s.passthrough("topic_map")
+    for topic, target in topic_map.items():
+        key = join_key(s.key("topic_map"), topic)
+        try:
+            check_ident(tuple(target.split(".")))
+        except CalvingError:
+            raise ConfigError(
+                f'{key}: expected "namespace.table", got {s.shown(key, target)}'
+            ) from None
+    name_case = s.string("name_case", "lower") or "lower"
+    if name_case not in ("lower", "preserve"):
+        s.fail(
+            "name_case",
+            f'expected "lower" or "preserve", got {s.shown(s.key("name_case"), name_case)}',
+        )
+    invalid = s.string("invalid_characters", "replace") or "replace"
+    if invalid not in ("replace", "error"):
+        shown = s.shown(s.key("invalid_characters"), invalid)
+        s.fail("invalid_characters", f'expected "replace" or "error", got {shown}')
+    routed = "{" in name or bool(topic_map)
+    if not routed:
+        try:
+            check_ident(tuple(name.split(".")))
+        except CalvingError:
+            s.fail("name", f'expected "namespace.table", got {s.shown(s.key("name"), name)}')
+        check_name(s, "name", name, dotted=True)
 
     declared = [_column(c) for c in s.table_list("columns", COLUMN_KEYS)]
     infer = s.boolean("infer_schema", False)
-    if not declared and not infer:
+    if routed and (declared or infer):
+        s.fail(
+            "columns" if declared else "infer_schema",
+            "a routed table name (a template or topic_map) takes each table's schema from "
+            "its change events; declare no columns",
+        )
+    for name_ in ("identifier_fields", "partition"):
+        if routed and s.has(name_):
+            s.fail(
+                name_,
+                'is per table when the table name is routed: give it in [tables."<name or '
+                'glob>"] sections',
+            )
+    if not declared and not infer and not routed:
         s.fail(
             "columns",
             "no columns declared; add [[table.columns]] entries or set infer_schema = true",
@@ -256,7 +303,7 @@ def parse_table(s: Section) -> TableConfig:
     if len(set(identifiers)) != len(identifiers):
         s.fail("identifier_fields", "names a column twice")
 
-    partition = _partition(s)
+    partition = parse_partition(s)
     properties = s.passthrough("properties")
     check_properties(s, properties)
     config = TableConfig(
@@ -272,6 +319,9 @@ def parse_table(s: Section) -> TableConfig:
         infer_temporal=s.boolean("infer_temporal", True),
         io=s.passthrough("io"),
         rest=rest,
+        topic_map=topic_map,
+        name_case=name_case,
+        invalid_characters=invalid,
         env_keys=s.env_names(),
     )
     s.finish()
@@ -372,7 +422,7 @@ def _no_duplicates(s: Section, columns: tuple[ColumnConfig, ...]) -> None:
         seen.add(c.name)
 
 
-def _partition(s: Section) -> tuple[PartitionFieldConfig, ...]:
+def parse_partition(s: Section) -> tuple[PartitionFieldConfig, ...]:
     value = s.raw("partition")
     if value is None:
         return ()

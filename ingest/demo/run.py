@@ -30,6 +30,7 @@ from calving.ingest.demo.verify import (
 from calving.ingest.kafka.broker import EmbeddedBroker
 from calving.ingest.kafka.producer import produce
 from calving.ingest.pipeline import Pipeline, build_pipeline, spark_session
+from calving.ingest.sink.foreach_batch import CalvingSink
 
 log = logging.getLogger("calving.demo")
 
@@ -132,13 +133,13 @@ def run_demo(opts: DemoOptions, out: TextIO = sys.stdout) -> DemoResult:
         progress = Progress(out, enabled=opts.progress)
         spark = spark_session(config.spark, log_level="ERROR")
         pipeline = build_pipeline(config, spark, on_batch=progress.on_batch)
-        print(f"table      {pipeline.table.name} in {config.table.catalog}", file=out)
+        print(f"table      {pipeline.one_table.name} in {config.table.catalog}", file=out)
         print(f"generating {opts.events:,} change events over {generator.keys:,} keys "
               f"({opts.poison} poison records)", file=out)  # fmt: skip
         ends = _stream(pipeline, broker.bootstrap_servers, topic, generator, opts, progress)
         progress.finish()
-        pipeline.table.refresh()
-        ledger = pipeline.table.ledger(WRITER_ID)
+        pipeline.one_table.refresh()
+        ledger = pipeline.one_table.ledger(WRITER_ID)
         if ledger != {(topic, p): e for p, e in ends.items()}:
             raise CalvingError(f"the ledger {ledger} does not cover what was produced {ends}")
     return _check(config, pipeline, generator.stream, progress, time.monotonic() - started)
@@ -178,8 +179,8 @@ def _stream(
                 raise CalvingError(f"the stream failed: {query.exception()}")
             if not thread.is_alive():
                 target = {(topic, p): e for p, e in ends.items()}
-                pipeline.table.refresh()
-                if pipeline.table.ledger(WRITER_ID) == target:
+                pipeline.one_table.refresh()
+                if pipeline.one_table.ledger(WRITER_ID) == target:
                     return dict(ends)
             if time.monotonic() > deadline:
                 raise CalvingError(f"the demo did not finish within {opts.timeout:.0f}s")
@@ -193,7 +194,7 @@ def _stream(
 def _check(
     config: Any, pipeline: Pipeline, stream: ChangeStream, progress: Progress, seconds: float
 ) -> DemoResult:
-    table = pipeline.table
+    table = pipeline.one_table
     expected = stream.expected_rows()
     readbacks = [
         compare(
@@ -216,6 +217,7 @@ def _check(
         )
     live = table.live_files()
     equality = _non_dv_delete_files(table, live.manifests)
+    assert isinstance(pipeline.sink, CalvingSink)
     dead = pipeline.sink.coordinator.dead_letter_table
     dead_rows = 0
     if dead is not None:

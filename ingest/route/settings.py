@@ -27,8 +27,8 @@ from calving.ingest.config.reader import Context, Section
 from calving.ingest.config.secrets import join_key
 from calving.ingest.config.table import (
     PartitionFieldConfig,
-    _partition,
     check_properties,
+    parse_partition,
 )
 from calving.ingest.route.names import NameRules
 
@@ -125,7 +125,7 @@ def _settings(s: Section, pattern: str) -> TableSettings:
         s.fail("identifier_fields", "names a column twice")
     settings = TableSettings(
         pattern=pattern,
-        partition=_partition(s),
+        partition=parse_partition(s),
         properties=properties,
         identifier_fields=identifiers,
         exclude=exclude,

@@ -218,6 +218,19 @@ def save_index(table: Table, state: IndexState) -> tuple[IndexState, str | None]
 # ---------------------------------------------------------------- coordinator
 
 
+@dataclass
+class PreparedBatch:
+    """A batch ready to commit: its ``RowDelta`` (None: nothing to commit) and what
+    ``Coordinator.finish`` needs afterwards."""
+
+    parsed: ParsedMessages
+    stats: BatchStats
+    claim: LedgerClaim
+    action: RowDelta | None
+    deletes: dict[str, BitMap64] = field(default_factory=dict)
+    rebase: Rebase | None = None
+
+
 class Coordinator:
     """Commits batches for one writer id. Keyed tables (identifier fields) keep a
     primary-key index at the table's current snapshot (``index_state``), saved with the
@@ -254,6 +267,17 @@ class Coordinator:
     # ------------------------------------------------------------ commit
 
     def commit_batch(self, batch_id: int, parsed: ParsedMessages) -> BatchStats:
+        prepared = self.prepare(batch_id, parsed)
+        if prepared.action is None:
+            return prepared.stats
+        self._commit_dead_letters(batch_id, parsed, prepared.claim)
+        outcome = self.table.commit(prepared.action)
+        return self.finish(prepared, outcome)
+
+    def prepare(self, batch_id: int, parsed: ParsedMessages) -> PreparedBatch:
+        """The batch's ``RowDelta`` (None: no offsets, nothing to commit), built on the
+        primary-key index at the table's current snapshot. Commit it (alone, or with
+        other tables' in one catalog transaction), then hand the outcome to ``finish``."""
         stats = BatchStats(
             batch_id,
             "empty",
@@ -261,10 +285,9 @@ class Coordinator:
             dead_letters=parsed.dead_letters,
             ranges=dict(parsed.ranges),
         )
-        if not parsed.ranges:
-            return stats
         claim = LedgerClaim(self.writer_id, dict(parsed.ranges), allow_gaps=True)
-        self._commit_dead_letters(batch_id, parsed, claim)
+        if not parsed.ranges:
+            return PreparedBatch(parsed, stats, claim, None)
         state = self.index_state
         deletes: dict[str, BitMap64] = {}
         rebase: Rebase | None = None
@@ -276,23 +299,33 @@ class Coordinator:
                 deletes = state.index.lookup(keys).deletes()
             rebase = Rebase(self.table.io, state.index.key_field_ids, keys)
         self.index_state = state
-        added = tuple(f for f, _ in parsed.files)
         action = RowDelta(
-            added,
+            tuple(f for f, _ in parsed.files),
             deletes,
             ledger=claim,
             schema_id=self.table.metadata.current_schema_id,
             rebase=rebase,
         )
-        outcome = self.table.commit(action)
-        _expect_done(outcome, f"batch {batch_id}")
+        return PreparedBatch(parsed, stats, claim, action, deletes, rebase)
+
+    def finish(self, prepared: PreparedBatch, outcome: CommitOutcome) -> BatchStats:
+        """Account for the commit of ``prepared``: raise unless done; on success move the
+        index on (saving it every ``index_save_every`` commits)."""
+        stats = prepared.stats
+        _expect_done(outcome, f"batch {stats.batch_id}")
         if isinstance(outcome, Skipped):
             stats.outcome = "skipped"
         elif isinstance(outcome, Committed):
-            _committed(stats, outcome, added, deletes)
-            if rebase is not None:
+            assert prepared.action is not None
+            _committed(stats, outcome, prepared.action.added_data_files, prepared.deletes)
+            if prepared.rebase is not None:
                 state = advance_index(
-                    self.table.io, state, parsed, deletes, outcome.metadata, rebase.rebuilt
+                    self.table.io,
+                    self.index_state,
+                    prepared.parsed,
+                    prepared.deletes,
+                    outcome.metadata,
+                    prepared.rebase.rebuilt,
                 )
                 self.index_state = state
                 if state.unsaved_commits >= self.index_save_every:

@@ -119,6 +119,15 @@ class CalvingSink:
     def table(self) -> Table:
         return self.coordinator.table
 
+    @property
+    def description(self) -> str:
+        return self.table.name
+
+    def starting_ledger(self) -> dict[tuple[str, int], int]:
+        """The table's ledger for this writer: the source never reads below it."""
+        self.table.refresh()
+        return self.table.ledger(self.writer_id)
+
     def decoder(self) -> Any:
         schema = self.table.metadata.schema
         if self._decoder is None or self._decoder[0] != schema.schema_id:
@@ -167,7 +176,7 @@ class CalvingSink:
         """Write the batch's data files (executors); their commit messages, parsed."""
         parsed = self._write(df, batch_id)
         if parsed.unknown_fields and self.evolve_schema and self._evolve(parsed.unknown_fields):
-            _forget(self.table, parsed)
+            forget_files(self.table, parsed)
             # Decode again, now into the new columns; the dead letters the first pass
             # sent to the topic are not sent twice.
             parsed = self._write(df, batch_id, frozenset(parsed.dead_letters_sent))
@@ -238,7 +247,7 @@ class CalvingSink:
                 batch_id,
                 spread,
             )
-            _forget(self.table, parsed)
+            forget_files(self.table, parsed)
             self.keyed_path = "shuffle"
             plan = self._plan(batch_id, already_sent | frozenset(parsed.dead_letters_sent))
         stage = keyed_stage_schema(self.table.metadata)
@@ -307,7 +316,7 @@ def keys_in_two_tasks(parsed: ParsedMessages, schema: Schema) -> str | None:
     )
 
 
-def _forget(table: Table, parsed: ParsedMessages) -> None:
+def forget_files(table: Table, parsed: ParsedMessages) -> None:
     """Files of a batch that will be written again; never referenced by any snapshot."""
     for f, _ in parsed.files:
         table.io.delete(f.file_path)

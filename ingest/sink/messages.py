@@ -13,6 +13,11 @@ batches back into the same values. Nothing else reads or writes the Arrow layout
 - ``DeadLettersSent``: the coordinates of dead letters sent to the dead-letter topic.
 - ``UnknownFields``: fields the live (not dead-lettered) records had and the table lacks.
 - ``RowsSeen``: how many decoded input rows a task saw (the rows path).
+- ``SchemaSeen``: a change-event value schema a task saw (JSON text, e.g. the Kafka
+  Connect JSON converter's ``schema``), so the driver can evolve the table first.
+
+A many-table pipeline's tasks tag each message with the topic it came from:
+``encode_tagged`` / ``decode_tagged`` add one ``tag`` column to the same layout.
 
 The Arrow layout (private to this module): one row per message, columns ``kind``
 (string tag), ``payload`` (JSON text), ``keys`` (an Arrow IPC stream) and ``count``.
@@ -82,6 +87,11 @@ class RowsSeen:
     count: int
 
 
+@dataclass(frozen=True)
+class SchemaSeen:
+    schema: str
+
+
 Message = (
     DataFileWritten
     | KeysDeleted
@@ -90,6 +100,7 @@ Message = (
     | DeadLettersSent
     | UnknownFields
     | RowsSeen
+    | SchemaSeen
 )
 
 
@@ -106,7 +117,7 @@ MESSAGE_SCHEMA = pa.schema(
     ]
 )
 
-_DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS = (
+_DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCHEMA = (
     "data",
     "deletes",
     "range",
@@ -114,7 +125,10 @@ _DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS = (
     "deadletters-sent",
     "unknown",
     "rows",
+    "schema",
 )
+#: ``MESSAGE_SCHEMA`` plus the ``tag`` (topic) of each message: a many-table task.
+TAGGED_SCHEMA = MESSAGE_SCHEMA.append(pa.field("tag", pa.string()))
 
 
 # ---------------------------------------------------------------- the codec
@@ -129,6 +143,23 @@ def decode(data: pa.Table | pa.RecordBatch) -> list[Message]:
     """Arrow rows of ``MESSAGE_SCHEMA`` -> messages, in row order."""
     columns = [data.column(c).to_pylist() for c in MESSAGE_SCHEMA.names]
     return [decode_row(i, *row) for i, row in enumerate(zip(*columns))]
+
+
+def encode_tagged(groups: Mapping[str, Iterable[Message]]) -> pa.RecordBatch:
+    """Messages by tag -> one Arrow record batch of ``TAGGED_SCHEMA``."""
+    rows = [{**encode_row(m), "tag": tag} for tag, messages in groups.items() for m in messages]
+    return pa.RecordBatch.from_pylist(rows, schema=TAGGED_SCHEMA)
+
+
+def decode_tagged(data: pa.Table | pa.RecordBatch) -> dict[str, list[Message]]:
+    """Arrow rows of ``TAGGED_SCHEMA`` -> messages by tag, each in row order."""
+    out: dict[str, list[Message]] = {}
+    columns = [data.column(c).to_pylist() for c in MESSAGE_SCHEMA.names]
+    for i, (tag, row) in enumerate(zip(data.column("tag").to_pylist(), zip(*columns))):
+        if tag is None:
+            raise MessageDecodeError(f"commit message row {i} has no tag")
+        out.setdefault(tag, []).append(decode_row(i, *row))
+    return out
 
 
 def encode_row(m: Message) -> dict[str, Any]:
@@ -152,6 +183,8 @@ def encode_row(m: Message) -> dict[str, Any]:
         return _row(_UNKNOWN, json.dumps(fields), None, len(fields))
     if isinstance(m, RowsSeen):
         return _row(_ROWS, "", None, m.count)
+    if isinstance(m, SchemaSeen):
+        return _row(_SCHEMA, m.schema, None, 1)
     raise TypeError(f"not a commit message: {type(m).__name__}")
 
 
@@ -189,6 +222,8 @@ def _decode_row(kind: str | None, payload: str, keys: bytes | None, count: int |
         return UnknownFields(fields)
     if kind == _ROWS:
         return RowsSeen(int(count or 0))
+    if kind == _SCHEMA:
+        return SchemaSeen(payload)
     raise ValueError("unknown message kind")
 
 

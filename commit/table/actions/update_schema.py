@@ -31,6 +31,9 @@ class AddColumn:
 class UpdateSchema:
     add: tuple[AddColumn, ...] = ()
     promote: tuple[tuple[str, PrimitiveType], ...] = ()
+    #: Top-level required columns that become optional (a source column made nullable
+    #: or dropped: new rows have no value). Identifier fields stay required.
+    make_optional: tuple[str, ...] = ()
 
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         schema = base.schema
@@ -64,6 +67,16 @@ class UpdateSchema:
                 )
             fields[idx] = replace(old, field_type=new_type)
             changed = True
+        for name in self.make_optional:
+            idx = next((i for i, f in enumerate(fields) if f.name == name), None)
+            if idx is None:
+                raise SchemaError(f"cannot make column {name!r} optional: no such column")
+            old = fields[idx]
+            if old.field_id in schema.identifier_field_ids:
+                raise SchemaError(f"column {name!r} is an identifier field; it stays required")
+            if old.required:
+                fields[idx] = replace(old, required=False)
+                changed = True
         if not changed:
             return NoChange("schema already has these changes")
         candidate = Schema(tuple(fields), 0, schema.identifier_field_ids)

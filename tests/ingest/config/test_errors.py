@@ -31,7 +31,7 @@ CASES = [
         json_append,
         [("pipeline", {})],
         [
-            "pipeline: unknown key (known keys here: source, format, table, sink, spark, metrics, maintenance)"
+            "pipeline: unknown key (known keys here: source, format, table, tables, sink, spark, metrics, maintenance)"
         ],
     ),
     # ------------------------------------------------------------------ [source]

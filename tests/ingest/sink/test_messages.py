@@ -127,6 +127,7 @@ _messages = st.one_of(
         st.dictionaries(_text, st.frozensets(st.sampled_from(["long", "string", "null"]))),
     ),
     st.builds(msg.RowsSeen, _ints),
+    st.builds(msg.SchemaSeen, _text),
 )
 
 
@@ -142,3 +143,16 @@ def test_any_messages_survive_the_keyed_stage_one_ride_along(messages):
     rows = msg.encode(messages).to_pylist()
     forwarded = [msg.row_from_json(msg.row_to_json(r)) for r in rows]
     assert msg.decode(msg.message_batch(forwarded)) == messages
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.dictionaries(_text, st.lists(_messages, min_size=1, max_size=3), max_size=4))
+def test_tagged_messages_survive_encode_then_decode(groups):
+    assert msg.decode_tagged(msg.encode_tagged(groups)) == groups
+
+
+def test_an_untagged_row_is_refused():
+    batch = msg.encode_tagged({"t": [msg.RowsSeen(1)]})
+    untagged = batch.set_column(4, "tag", pa.array([None], pa.string()))
+    with pytest.raises(msg.MessageDecodeError, match="row 0 has no tag"):
+        msg.decode_tagged(untagged)

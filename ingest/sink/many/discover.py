@@ -1,0 +1,176 @@
+"""The driver's first sight of a topic: which table it feeds, and that table.
+
+``first_event`` reads the topic's records in the batch's ranges until one has a value
+(a change event, not a tombstone) and returns it parsed: the JSON converter's value and
+key ``schema`` (when they travel) and the ``source`` block. ``open_routed_table`` loads the
+routed table, or creates it: the schema from the change event's schema with Debezium's
+logical types (``connect_schema``), the primary key from the key's fields (or the
+``[tables."..."]`` section's ``identifier_fields``), partitioning and properties from the
+section; with no schema in the events, the schema is inferred from the records read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pyarrow as pa
+
+from calving.commit.catalog.base import Catalog
+from calving.commit.errors import NoSuchTableError, SchemaError, TableAlreadyExistsError
+from calving.commit.io import FileIO
+from calving.commit.spec.schema import Schema
+from calving.commit.table.table import Table, create_table
+from calving.ingest.catalogs import config_schema
+from calving.ingest.config.format import FormatConfig
+from calving.ingest.config.table import TableConfig, build_spec
+from calving.ingest.decode.connect_schema import ConnectSchemaError, table_schema_from_json
+from calving.ingest.kafka.offsets import OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.source import kafka_arrow_schema
+from calving.ingest.route.router import Route
+
+log = logging.getLogger("calving.many.discover")
+
+#: Records read (at most) from a new topic to find its first change event.
+FIRST_EVENT_LIMIT = 500
+
+
+@dataclass(frozen=True)
+class FirstEvent:
+    topic: str
+    value_schema: Any
+    key_schema: Any
+    source: Mapping[str, Any] | None
+    #: The records read (key and value), for inference when no schema travels.
+    sample: pa.Table
+
+
+def first_event(
+    options: KafkaSourceOptions, ranges: Iterable[OffsetRange], limit: int = FIRST_EVENT_LIMIT
+) -> FirstEvent | None:
+    """The first record with a JSON value in ``ranges``, parsed; None if there is none
+    (only tombstones so far)."""
+    schema = kafka_arrow_schema(options.include_headers)
+    seen: list[pa.RecordBatch] = []
+    for span in ranges:
+        for rb in read_range(options, span, schema):
+            seen.append(rb.select(["key", "value"]))
+            for key, value in zip(rb.column("key").to_pylist(), rb.column("value").to_pylist()):
+                doc = _json(value)
+                if isinstance(doc, dict):
+                    sample = pa.Table.from_batches(seen)
+                    return _parsed(span.topic, doc, _json(key), sample)
+            if sum(b.num_rows for b in seen) >= limit:
+                return None
+    return None
+
+
+def _parsed(topic: str, value: dict[str, Any], key: Any, sample: pa.Table) -> FirstEvent:
+    wrapped = "schema" in value and "payload" in value
+    payload = value.get("payload") if wrapped else value
+    key_wrapped = isinstance(key, dict) and "schema" in key and "payload" in key
+    source = payload.get("source") if isinstance(payload, dict) else None
+    return FirstEvent(
+        topic,
+        value.get("schema") if wrapped else None,
+        key.get("schema") if key_wrapped else None,
+        source if isinstance(source, dict) else None,
+        sample,
+    )
+
+
+def _json(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+
+
+def open_routed_table(
+    catalog: Catalog,
+    io: FileIO,
+    route: Route,
+    event: FirstEvent,
+    template: TableConfig,
+    fmt: FormatConfig,
+) -> Table:
+    """The routed table, loaded, or created from ``event`` (see the module doc)."""
+    ident = route.ident
+    catalog.create_namespace_if_missing(ident[:-1])
+    try:
+        return Table.load(catalog, ident, io)
+    except NoSuchTableError:
+        pass
+    schema = new_table_schema(route, event, template, fmt)
+    spec = build_spec(schema, route.settings.partition)
+    properties = {**template.properties, **route.settings.properties}
+    try:
+        table = create_table(catalog, ident, schema, spec=spec, properties=properties, io=io)
+    except TableAlreadyExistsError:
+        return Table.load(catalog, ident, io)
+    log.info("created table %s for topic %s (key %s)", route.name, route.topic, _keys(schema))
+    return table
+
+
+def new_table_schema(
+    route: Route, event: FirstEvent, template: TableConfig, fmt: FormatConfig
+) -> Schema:
+    override = route.settings.identifier_fields
+    if event.value_schema is None:
+        keys = override or _key_fields(event)
+        cfg = replace(
+            template, name=route.name, infer_schema=True, identifier_fields=keys, columns=()
+        )
+        log.info(
+            "topic %s carries no schema: inferring table %s's columns", route.topic, route.name
+        )
+        return config_schema(cfg, event.sample, fmt)
+    try:
+        derived = table_schema_from_json(event.value_schema, event.key_schema)
+    except ConnectSchemaError as err:
+        raise SchemaError(f"table {route.name} (topic {route.topic}): {err}") from None
+    for note in derived.notes:
+        log.info("table %s: %s", route.name, note)
+    schema = derived.schema
+    if override:
+        schema = with_identifier_fields(route.name, schema, override)
+    if not schema.identifier_field_ids:
+        raise SchemaError(
+            f"table {route.name} (topic {route.topic}): the change events carry no key schema; "
+            f'give identifier_fields in a [tables."{route.name}"] section'
+        )
+    return schema
+
+
+def with_identifier_fields(table: str, schema: Schema, names: tuple[str, ...]) -> Schema:
+    fields = list(schema.fields)
+    ids = []
+    for name in names:
+        i = next((i for i, f in enumerate(fields) if f.name == name), None)
+        if i is None:
+            raise SchemaError(f'[tables."{table}"].identifier_fields: {name!r} is not a column')
+        fields[i] = replace(fields[i], required=True)
+        ids.append(fields[i].field_id)
+    return Schema(tuple(fields), schema.schema_id, tuple(ids))
+
+
+def _key_fields(event: FirstEvent) -> tuple[str, ...]:
+    keys = event.sample.column("key").to_pylist()
+    for raw in keys:
+        doc = _json(raw)
+        if isinstance(doc, dict):
+            payload = doc.get("payload", doc) if "schema" in doc else doc
+            if isinstance(payload, dict):
+                return tuple(payload)
+    raise SchemaError(f"topic {event.topic}: no JSON key to take the table's primary key from")
+
+
+def _keys(schema: Schema) -> str:
+    return ", ".join(schema.identifier_field_names) or "none"

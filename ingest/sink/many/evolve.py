@@ -1,0 +1,96 @@
+"""Source schema changes -> what happens to the table (``schema_changes`` classifies).
+
+* added top-level columns, widened types and columns made optional: one
+  ``UpdateSchema`` (added columns are optional; existing rows read null);
+* a dropped source column stays in the table; a required one becomes optional so new
+  rows can leave it null;
+* an added or changed field inside a nested struct is not followed (logged): its values
+  are left out until the table is changed by hand;
+* anything incompatible stops the table (``Evolution.stopped``): its records go to the
+  dead-letter destination with a message naming table and column.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+
+from calving.commit.spec.schema import Schema
+from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
+from calving.ingest.decode.connect_schema import ConnectSchemaError, table_schema_from_json
+from calving.ingest.decode.schema_changes import (
+    AddedColumn,
+    DroppedColumn,
+    MadeOptional,
+    SchemaChange,
+    WidenedType,
+    classify_changes,
+)
+
+log = logging.getLogger("calving.many.evolve")
+
+
+@dataclass(frozen=True)
+class Evolution:
+    update: UpdateSchema | None = None
+    #: Why the table stops (an incompatible change, or a schema that cannot be read).
+    stopped: str | None = None
+
+
+def evolution(table: str, current: Schema, schema_texts: list[str]) -> Evolution:
+    """What ``table`` (now ``current``) must do for the value schemas seen, in order."""
+    add: dict[str, AddColumn] = {}
+    promote: dict[str, WidenedType] = {}
+    optional: list[str] = []
+    for text in schema_texts:
+        try:
+            seen = table_schema_from_json(json.loads(text)).schema
+        except (ConnectSchemaError, ValueError) as err:
+            return Evolution(stopped=f"table {table}: unreadable change-event schema: {err}")
+        changes = classify_changes(table, current, _with_keys(seen, current))
+        if changes.incompatible:
+            return Evolution(stopped=changes.incompatible[0].message)
+        for change in changes.changes:
+            _gather(change, add, promote, optional)
+    if not (add or promote or optional):
+        return Evolution()
+    update = UpdateSchema(
+        add=tuple(add.values()),
+        promote=tuple((c.column, c.new) for c in promote.values()),
+        make_optional=tuple(dict.fromkeys(optional)),
+    )
+    return Evolution(update=update)
+
+
+def _with_keys(seen: Schema, current: Schema) -> Schema:
+    """``seen`` with the table's identifier fields (the value schema alone has none)."""
+    names = current.identifier_field_names
+    ids = tuple(f.field_id for f in seen.fields if f.name in names)
+    return Schema(seen.fields, seen.schema_id, ids if len(ids) == len(names) else ())
+
+
+def _gather(
+    change: SchemaChange,
+    add: dict[str, AddColumn],
+    promote: dict[str, WidenedType],
+    optional: list[str],
+) -> None:
+    nested = "." in change.column
+    if nested and not isinstance(change, MadeOptional | DroppedColumn):
+        log.warning(
+            "table %s: %s of nested field %r is not followed; its values are left out",
+            change.table,
+            type(change).__name__,
+            change.column,
+        )
+        return
+    if isinstance(change, AddedColumn):
+        add[change.column] = AddColumn(change.column, change.field_type)
+    elif isinstance(change, WidenedType):
+        promote[change.column] = change
+    elif not nested and (
+        isinstance(change, MadeOptional)
+        or (isinstance(change, DroppedColumn) and change.make_optional)
+    ):
+        optional.append(change.column)

@@ -1,0 +1,467 @@
+"""``foreachBatch`` for a many-table pipeline: every table a micro-batch touched is
+committed in one catalog transaction.
+
+Per batch (the ``calving-kafka`` source emits one row per planned offset range):
+
+1. route: each topic seen for the first time is routed (``calving.ingest.route``) and its
+   table loaded or created from its first change event (``discover``);
+2. write: one Spark job; each task reads its ranges, decodes and writes each table's
+   files (``tasks``), reporting the change-event schemas it saw;
+3. evolve: a table whose events carry a changed schema is evolved (or, for an
+   incompatible change, stopped: its records become dead letters) and only its ranges
+   are written again;
+4. commit: each table's ``Coordinator`` prepares its ``RowDelta`` (deletion vectors from
+   its own primary-key index, a ledger claim for its own topic-partitions); the
+   dead-letter table gets the whole batch's claim; all of them swap in one catalog
+   transaction (``commit_tables``). A catalog that cannot (the filesystem catalog)
+   commits table by table, the dead-letter table last.
+
+Restarts: ``starting_ledger`` reads every table's ledger for this writer id (the
+lowest offset per topic-partition wins), so a lost checkpoint replays only what some
+table lacks, and each table's claim skips what it holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from calving.commit.catalog.base import Catalog, TableIdent
+from calving.commit.errors import (
+    CalvingError,
+    CommitStateUnknownError,
+    NoSuchTableError,
+)
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import serialize_metadata
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.committer import Committed, Conflicted, Skipped, Unknown
+from calving.commit.table.ledger import LedgerClaim, TopicPartition, read_ledger
+from calving.commit.table.multi_commit import TableCommit, commit_tables
+from calving.commit.table.outcomes import CommitOutcome
+from calving.commit.table.table import Table
+from calving.ingest.config.format import FormatConfig, build_decoder
+from calving.ingest.config.table import TableConfig
+from calving.ingest.kafka.offsets import OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.route.router import NeedsSource, Route, Skip, TableRouter
+from calving.ingest.sink.coordinator import (
+    BatchStats,
+    Coordinator,
+    ParsedMessages,
+    PreparedBatch,
+)
+from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES, DeadLetterTarget
+from calving.ingest.sink.executor import TaskPlan
+from calving.ingest.sink.foreach_batch import forget_files as _forget
+from calving.ingest.sink.foreach_batch import keys_in_two_tasks
+from calving.ingest.sink.many.discover import first_event, open_routed_table
+from calving.ingest.sink.many.evolve import evolution
+from calving.ingest.sink.many.tasks import TablePlan, decode_task_output, many_tables_task
+from calving.ingest.sink.messages import Coordinates, Message, SchemaSeen, decode_tagged
+
+log = logging.getLogger("calving.many")
+
+RangeRow = tuple[str, int, int, int]
+
+
+@dataclass
+class RoutedTable:
+    table: Table
+    coordinator: Coordinator
+    #: Why the table is stopped (an incompatible source schema change), if it is.
+    stopped: str | None = None
+    decoder: tuple[int, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+
+@dataclass
+class ManyBatchStats:
+    batch_id: int
+    tables: dict[str, BatchStats] = field(default_factory=dict)
+    #: True when the tables swapped in one catalog transaction.
+    atomic: bool = False
+    commit_seconds: float = 0.0
+    dead_letters: int = 0
+    #: Tables stopped by an incompatible schema change (name -> message).
+    stopped: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.tables.values())
+
+    @property
+    def committed(self) -> list[str]:
+        return sorted(n for n, s in self.tables.items() if s.outcome == "committed")
+
+
+class ManyTablesSink:
+    """Callable for ``foreachBatch`` over a ``calving.emit = ranges`` DataFrame."""
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        io: FileIO,
+        router: TableRouter,
+        template: TableConfig,
+        fmt: FormatConfig,
+        writer_id: str,
+        source_options: KafkaSourceOptions,
+        *,
+        dead_letter_table: Table | None = None,
+        dead_letter_topic: str | None = None,
+        kafka_config: Mapping[str, str] | None = None,
+        dead_letter_max_bytes: int = DEFAULT_TOPIC_MAX_BYTES,
+        index_save_every: int = 20,
+        on_batch: Callable[[ManyBatchStats], None] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.io = io
+        self.router = router
+        self.template = template
+        self.format = fmt
+        self.writer_id = writer_id
+        self.source_options = source_options
+        self.dead_letter_table = dead_letter_table
+        self.dead_letter_topic = dead_letter_topic
+        self.kafka_config = dict(kafka_config or {})
+        self.dead_letter_max_bytes = dead_letter_max_bytes
+        self.index_save_every = index_save_every
+        self.on_batch = on_batch
+        self.metrics = None  # the per-table Prometheus figures are not wired for many tables
+        self.routes: dict[str, Route | Skip] = {}
+        self.tables: dict[str, RoutedTable] = {}
+        self.history: list[ManyBatchStats] = []
+
+    # ------------------------------------------------------------ restarts
+
+    @property
+    def description(self) -> str:
+        return f"{len(self.tables)} routed table(s)"
+
+    def starting_ledger(self) -> dict[TopicPartition, int]:
+        """Where the source must not read below: per topic-partition, the lowest next
+        offset any of this writer's tables (and the dead-letter table) holds."""
+        out: dict[TopicPartition, int] = {}
+        for table in self._writer_tables():
+            for tp, offset in read_ledger(table.metadata, self.writer_id).items():
+                out[tp] = min(offset, out.get(tp, offset))
+        return out
+
+    def _writer_tables(self) -> Iterable[Table]:
+        seen = set()
+        for namespace in _all_namespaces(self.catalog):
+            for ident in self.catalog.list_tables(namespace):
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                try:
+                    yield Table.load(self.catalog, ident, self.io)
+                except (NoSuchTableError, CalvingError) as err:
+                    log.warning("skipping table %s: %s", ".".join(ident), err)
+
+    def close(self) -> None:
+        """Save every keyed table's primary-key index with the table."""
+        for routed in self.tables.values():
+            routed.coordinator.save_index()
+
+    # ------------------------------------------------------------ a batch
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        rows = [(r.topic, int(r.partition), int(r.start), int(r.end)) for r in df.collect()]
+        self.write_batch(df.sparkSession, rows, batch_id)
+
+    def write_batch(self, spark: Any, rows: Sequence[RangeRow], batch_id: int) -> ManyBatchStats:
+        started = time.monotonic()
+        spans = _spans(rows)
+        self._route(spans)
+        live = {t: s for t, s in spans.items() if self._routed_table(t) is not None}
+        messages = self._write(spark, batch_id, live)
+        messages = self._evolve_and_rewrite(spark, batch_id, live, messages)
+        parsed = {name: ParsedMessages.of(ms) for name, ms in messages.items()}
+        stats = self._commit(batch_id, parsed)
+        log.info(
+            "batch %d: %d record(s) into %d table(s) (%s) in %.2fs, commit %.3fs",
+            batch_id,
+            stats.records,
+            len(stats.committed),
+            "one catalog transaction" if stats.atomic else "table by table",
+            time.monotonic() - started,
+            stats.commit_seconds,
+        )
+        self.history.append(stats)
+        if self.on_batch is not None:
+            self.on_batch(stats)
+        return stats
+
+    # ------------------------------------------------------------ 1. route
+
+    def _route(self, spans: Mapping[str, list[OffsetRange]]) -> None:
+        for topic, ranges in spans.items():
+            if topic in self.routes:
+                continue
+            outcome = self.router.route(topic)
+            event = None
+            if isinstance(outcome, NeedsSource | Route):
+                event = first_event(self.source_options, ranges)
+                if event is None:
+                    log.info("topic %s: no change event yet (only tombstones); waiting", topic)
+                    continue
+            if isinstance(outcome, NeedsSource):
+                outcome = self.router.route(topic, event.source if event else None)
+                if isinstance(outcome, NeedsSource):
+                    log.warning("topic %s: its first event has no source block to route by", topic)
+                    continue
+            self.routes[topic] = outcome
+            if isinstance(outcome, Skip):
+                log.info("topic %s: skipped (%s)", topic, outcome.reason)
+                continue
+            assert isinstance(outcome, Route) and event is not None
+            if outcome.name not in self.tables:
+                table = open_routed_table(
+                    self.catalog, self.io, outcome, event, self.template, self.format
+                )
+                self.tables[outcome.name] = RoutedTable(
+                    table,
+                    Coordinator(table, self.writer_id, index_save_every=self.index_save_every),
+                )
+            log.info("topic %s -> table %s", topic, outcome.name)
+
+    def _routed_table(self, topic: str) -> RoutedTable | None:
+        route = self.routes.get(topic)
+        return self.tables.get(route.name) if isinstance(route, Route) else None
+
+    # ------------------------------------------------------------ 2. write
+
+    def _write(
+        self,
+        spark: Any,
+        batch_id: int,
+        spans: Mapping[str, list[OffsetRange]],
+        already_sent: frozenset[Coordinates] = frozenset(),
+        together: frozenset[str] = frozenset(),
+    ) -> dict[str, list[Message]]:
+        """Run one Spark job writing ``spans``; messages by table name. The ranges of
+        tables in ``together`` go to one task (their keys may span partitions)."""
+        if not spans:
+            return {}
+        plans = self._plans(batch_id, spans, already_sent)
+        groups: list[list[RangeRow]] = []
+        joint: dict[str, list[RangeRow]] = {}
+        for topic, ranges in spans.items():
+            name = plans[topic].table
+            for r in ranges:
+                row = (r.topic, r.partition, r.start, r.end)
+                if name in together:
+                    joint.setdefault(name, []).append(row)
+                else:
+                    groups.append([row])
+        groups += joint.values()
+        task = many_tables_task(plans, self.source_options)
+        blobs = (
+            spark.sparkContext.parallelize(groups, len(groups))
+            .mapPartitions(lambda items: task(r for group in items for r in group))
+            .collect()
+        )
+        messages = decode_tagged(decode_task_output(blobs))
+        spread = self._spread(messages)
+        if spread and not together:
+            for name in spread:
+                log.warning(
+                    "batch %d: a key of %s is in two tasks; writing it in one", batch_id, name
+                )
+                _forget(self.tables[name].table, ParsedMessages.of(messages.pop(name)))
+            again = {t: s for t, s in spans.items() if plans[t].table in spread}
+            messages.update(self._write(spark, batch_id, again, already_sent, frozenset(spread)))
+        return messages
+
+    def _spread(self, messages: Mapping[str, list[Message]]) -> list[str]:
+        out = []
+        for name, ms in messages.items():
+            schema = self.tables[name].table.metadata.schema
+            if schema.identifier_field_ids and keys_in_two_tasks(ParsedMessages.of(ms), schema):
+                out.append(name)
+        return out
+
+    def _plans(
+        self,
+        batch_id: int,
+        spans: Mapping[str, list[OffsetRange]],
+        already_sent: frozenset[Coordinates],
+    ) -> dict[str, TablePlan]:
+        dlq = self.dead_letter_table
+        if dlq is not None:
+            dlq.refresh()
+        target = DeadLetterTarget(
+            table_metadata_json=serialize_metadata(dlq.metadata) if dlq else None,
+            table_metadata_location=dlq.metadata_location if dlq else None,
+            topic=self.dead_letter_topic,
+            kafka_config=self.kafka_config,
+            topic_max_bytes=self.dead_letter_max_bytes,
+            already_sent=already_sent,
+        )
+        by_table: dict[str, TablePlan] = {}
+        plans = {}
+        for topic in spans:
+            routed = self._routed_table(topic)
+            assert routed is not None
+            plan = by_table.get(routed.name)
+            if plan is None:
+                plan = by_table[routed.name] = self._plan(routed, batch_id, target)
+            plans[topic] = plan
+        return plans
+
+    def _plan(self, routed: RoutedTable, batch_id: int, target: DeadLetterTarget) -> TablePlan:
+        table = routed.table.refresh()
+        schema = table.metadata.schema
+        if routed.decoder is None or routed.decoder[0] != schema.schema_id:
+            routed.decoder = (schema.schema_id, build_decoder(self.format, schema))
+        safe = routed.name.replace(".", "_")
+        task = TaskPlan(
+            metadata_json=serialize_metadata(table.metadata),
+            metadata_location=table.metadata_location,
+            decoder=routed.decoder[1],
+            ledger=read_ledger(table.metadata, self.writer_id),
+            file_prefix=f"{self.writer_id}-b{batch_id}-{safe}",
+            dead_letters=target,
+            io_properties=table.io.properties,
+        )
+        return TablePlan(routed.name, task, bool(schema.identifier_field_ids), routed.stopped)
+
+    # ------------------------------------------------------------ 3. evolve
+
+    def _evolve_and_rewrite(
+        self,
+        spark: Any,
+        batch_id: int,
+        spans: Mapping[str, list[OffsetRange]],
+        messages: dict[str, list[Message]],
+    ) -> dict[str, list[Message]]:
+        again: set[str] = set()
+        for name, ms in messages.items():
+            routed = self.tables[name]
+            texts = sorted({m.schema for m in ms if isinstance(m, SchemaSeen)})
+            if not texts or routed.stopped is not None:
+                continue
+            change = evolution(name, routed.table.refresh().metadata.schema, texts)
+            if change.stopped is not None:
+                routed.stopped = change.stopped
+                log.error("%s; its records go to the dead-letter destination", change.stopped)
+                again.add(name)
+            elif change.update is not None:
+                routed.table.commit_or_raise(change.update)
+                log.info("table %s: schema evolved (%s)", name, _described(change.update))
+                again.add(name)
+        if not again:
+            return messages
+        sent: set[Coordinates] = set()
+        for name in again:
+            parsed = ParsedMessages.of(messages.pop(name))
+            sent |= parsed.dead_letters_sent
+            _forget(self.tables[name].table, parsed)
+        redo = {t: s for t, s in spans.items() if _name(self._routed_table(t)) in again}
+        messages.update(self._write(spark, batch_id, redo, frozenset(sent)))
+        return messages
+
+    # ------------------------------------------------------------ 4. commit
+
+    def _commit(self, batch_id: int, parsed: Mapping[str, ParsedMessages]) -> ManyBatchStats:
+        stats = ManyBatchStats(batch_id)
+        stats.stopped = {r.name: r.stopped for r in self.tables.values() if r.stopped}
+        prepared: dict[str, PreparedBatch] = {}
+        for name, p in parsed.items():
+            prepared[name] = self.tables[name].coordinator.prepare(batch_id, p)
+        commits = [
+            TableCommit(
+                self.tables[name].table.ident,
+                pb.action,
+                expected_table_uuid=self.tables[name].table.metadata.table_uuid,
+            )
+            for name, pb in prepared.items()
+            if pb.action is not None
+        ]
+        dead = self._dead_letter_commit(parsed)
+        if dead is not None:
+            commits.append(dead)
+        stats.dead_letters = sum(p.dead_letters for p in parsed.values())
+        started = time.monotonic()
+        outcomes, stats.atomic = self._swap(commits)
+        stats.commit_seconds = time.monotonic() - started
+        failure: CalvingError | None = None
+        for name, pb in prepared.items():
+            outcome = outcomes.get(self.tables[name].table.ident)
+            if outcome is None:
+                stats.tables[name] = pb.stats
+                continue
+            try:
+                stats.tables[name] = self.tables[name].coordinator.finish(pb, outcome)
+            except CalvingError as err:
+                failure = failure or err
+        if dead is not None and failure is None:
+            _check_done(outcomes[dead.ident], f"dead letters of batch {batch_id}")
+        if failure is not None:
+            raise failure
+        return stats
+
+    def _dead_letter_commit(self, parsed: Mapping[str, ParsedMessages]) -> TableCommit | None:
+        dlq = self.dead_letter_table
+        files = tuple(f for p in parsed.values() for f in p.dead_letter_files)
+        if dlq is None or not files:
+            return None
+        ranges = {tp: r for p in parsed.values() for tp, r in p.ranges.items()}
+        claim = LedgerClaim(self.writer_id, ranges, allow_gaps=True)
+        return TableCommit(dlq.ident, FastAppend(files, ledger=claim))
+
+    def _swap(self, commits: list[TableCommit]) -> tuple[dict[TableIdent, CommitOutcome], bool]:
+        if not commits:
+            return {}, False
+        if self.catalog.supports_multi_table_commit and len(commits) > 1:
+            return commit_tables(self.catalog, self.io, commits), True
+        out: dict[TableIdent, CommitOutcome] = {}
+        for c in commits:  # the dead-letter table, if any, comes last
+            table = Table.load(self.catalog, c.ident, self.io)
+            out[c.ident] = table.commit(c.action)
+            if not isinstance(out[c.ident], Committed | Skipped):
+                break  # later tables stay behind; their replay is skipped by nothing
+        return out, False
+
+
+def _check_done(outcome: CommitOutcome, what: str) -> None:
+    if isinstance(outcome, Conflicted):
+        raise outcome.error
+    if isinstance(outcome, Unknown):
+        raise CommitStateUnknownError(f"{what}: {outcome.error}")
+
+
+def _spans(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:
+    out: dict[str, list[OffsetRange]] = {}
+    for topic, partition, start, end in rows:
+        out.setdefault(topic, []).append(OffsetRange(topic, partition, start, end))
+    return out
+
+
+def _all_namespaces(catalog: Catalog) -> list[tuple[str, ...]]:
+    out = []
+    todo = catalog.list_namespaces()
+    while todo:
+        ns = todo.pop()
+        out.append(ns)
+        todo.extend(n for n in catalog.list_namespaces(ns) if n != ns and n not in out)
+    return out
+
+
+def _name(routed: RoutedTable | None) -> str | None:
+    return routed.name if routed is not None else None
+
+
+def _described(update: Any) -> str:
+    parts = [f"add {c.name}" for c in update.add]
+    parts += [f"widen {n} to {t}" for n, t in update.promote]
+    parts += [f"{n} optional" for n in update.make_optional]
+    return ", ".join(parts)

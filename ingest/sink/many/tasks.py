@@ -1,0 +1,196 @@
+"""Executor side of a many-table batch: one task per planned Kafka range.
+
+A task gets the range rows Spark gave it (``topic``, ``partition``, ``start``, ``end``)
+and a ``TablePlan`` per topic (the plans are pickled once per batch). It reads each range
+with confluent-kafka, notes the value schemas the change events carry (``SchemaSniffer``),
+decodes with the table's decoder and writes the table's files: appends as they come,
+keyed tables keeping each key's last event. A table stopped by an incompatible schema
+change sends every record to the dead-letter destination instead. Messages come back
+tagged with the table's name (``encode_tagged``): the driver collects only those.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from calving.ingest.decode.batch import DEAD_LETTER_SCHEMA, META_COLUMNS
+from calving.ingest.kafka.offsets import OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.source import kafka_arrow_schema
+from calving.ingest.sink.executor import (
+    Decoding,
+    TaskPlan,
+    conform,
+    drop_committed,
+    keyed_stage_schema,
+    write_last_events,
+)
+from calving.ingest.sink.messages import (
+    DataFileWritten,
+    Message,
+    SchemaSeen,
+    encode_tagged,
+    range_messages,
+)
+
+#: At most this many distinct schema texts are remembered per task and table.
+_MAX_SCHEMAS = 64
+
+
+@dataclass(frozen=True)
+class TablePlan:
+    """How one table's records are written in this batch."""
+
+    table: str
+    plan: TaskPlan
+    keyed: bool
+    #: Set when the table is stopped by an incompatible source schema change: every
+    #: record becomes a dead letter with this message.
+    stopped: str | None = None
+
+
+class SchemaSniffer:
+    """The distinct value schemas (canonical JSON text) of Kafka Connect JSON-converter
+    events: ``{"schema": {...}, "payload": {...}}``. The converter writes ``schema``
+    first, so each record's bytes up to ``"payload"`` are compared and only a prefix not
+    seen before is parsed; a record whose prefix does not parse is parsed whole."""
+
+    def __init__(self) -> None:
+        self.prefixes: set[bytes] = set()
+        self.schemas: set[str] = set()
+
+    def add(self, values: Iterable[bytes | None]) -> None:
+        for value in values:
+            if value is None:
+                continue
+            cut = value.find(b'"payload"')
+            prefix = value[:cut] if cut > 0 else value
+            if prefix in self.prefixes or len(self.prefixes) >= _MAX_SCHEMAS:
+                continue
+            self.prefixes.add(prefix)
+            schema = _value_schema(prefix, value)
+            if schema is not None:
+                self.schemas.add(json.dumps(schema, sort_keys=True, separators=(",", ":")))
+
+    def messages(self) -> list[Message]:
+        return [SchemaSeen(s) for s in sorted(self.schemas)]
+
+
+def _value_schema(prefix: bytes, value: bytes) -> Any:
+    head = prefix.rstrip().rstrip(b",") + b"}"
+    for text in (head, value):
+        try:
+            doc = json.loads(text)
+        except ValueError:
+            continue
+        return doc.get("schema") if isinstance(doc, dict) else None
+    return None
+
+
+def many_tables_task(plans: Mapping[str, TablePlan], options: KafkaSourceOptions) -> Any:
+    """The function a task runs over its range rows (tuples ``(topic, partition, start,
+    end)``): yields one Arrow IPC stream of tagged messages."""
+
+    def run(rows: Iterable[tuple[str, int, int, int]]) -> Iterator[bytes]:
+        spans: dict[str, list[OffsetRange]] = {}
+        for topic, partition, start, end in rows:
+            spans.setdefault(topic, []).append(OffsetRange(topic, partition, start, end))
+        by_table: dict[str, list[Message]] = {}
+        for topic, ranges in spans.items():
+            plan = plans[topic]
+            by_table.setdefault(plan.table, []).extend(table_messages(plan, options, ranges))
+        batch = encode_tagged(by_table)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        yield sink.getvalue().to_pybytes()
+
+    return run
+
+
+def decode_task_output(blobs: Iterable[bytes]) -> pa.Table:
+    """The collected IPC streams of every task, as one table of tagged messages."""
+    tables = [pa.ipc.open_stream(b).read_all() for b in blobs]
+    return pa.concat_tables(tables)
+
+
+def _records(
+    options: KafkaSourceOptions, ranges: Iterable[OffsetRange], sniffer: SchemaSniffer
+) -> Iterator[pa.RecordBatch]:
+    schema = kafka_arrow_schema(options.include_headers)
+    for span in ranges:
+        for rb in read_range(options, span, schema):
+            sniffer.add(rb.column("value").to_pylist())
+            yield rb
+
+
+def table_messages(
+    plan: TablePlan, options: KafkaSourceOptions, ranges: Iterable[OffsetRange]
+) -> list[Message]:
+    """Read, decode and write one table's ranges of this task."""
+    sniffer = SchemaSniffer()
+    task = plan.plan
+    io = task.file_io()
+    if plan.stopped is not None:
+        return _all_dead(plan, _records(options, ranges, sniffer)) + sniffer.messages()
+    decoding = Decoding(task)
+    messages: list[Message] = []
+    if plan.keyed:
+        stage = keyed_stage_schema(task.metadata())
+        stage = stage.remove(stage.get_field_index("_meta"))
+        parts = []
+        for rb in _records(options, ranges, sniffer):
+            rows = decoding.decode(rb)
+            if rows is not None:
+                parts.append(conform(rows, stage))
+        if parts:
+            messages = write_last_events(task, pa.concat_tables(parts))
+    else:
+        writer = task.writer(io)
+        for rb in _records(options, ranges, sniffer):
+            rows = decoding.decode(rb)
+            if rows is not None:
+                writer.write(rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names]))
+        messages = [DataFileWritten(w.data_file) for w in writer.close()]
+    return messages + decoding.finish(io) + sniffer.messages()
+
+
+def _all_dead(plan: TablePlan, batches: Iterable[pa.RecordBatch]) -> list[Message]:
+    task = plan.plan
+    messages: list[Message] = []
+    dead = []
+    for rb in batches:
+        batch = drop_committed(pa.Table.from_batches([rb]), task.ledger)
+        messages += range_messages(batch)
+        if batch.num_rows:
+            dead.append(dead_letter_rows(batch, plan.stopped or "table stopped"))
+    if dead:
+        messages += task.dead_letters.write(
+            task.file_io(), pa.concat_tables(dead), task.file_prefix
+        )
+    return messages
+
+
+def dead_letter_rows(batch: pa.Table, error: str) -> pa.Table:
+    """Every record of ``batch`` as a dead letter with ``error``."""
+    n = batch.num_rows
+    return pa.table(
+        {
+            "topic": batch.column("topic"),
+            "partition": batch.column("partition").cast(pa.int32()),
+            "offset": batch.column("offset"),
+            "timestamp": batch.column("timestamp"),
+            "key": batch.column("key"),
+            "value": batch.column("value"),
+            "error": pa.array([error] * n, pa.string()),
+            "error_type": pa.array(["IncompatibleSchemaChangeError"] * n, pa.string()),
+            "decoder": pa.array(["DebeziumDecoder"] * n, pa.string()),
+        },
+        schema=DEAD_LETTER_SCHEMA,
+    )

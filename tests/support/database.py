@@ -1,0 +1,71 @@
+"""Many-table pipelines in tests: a ``SourceDatabase`` on the embedded broker, the
+pipeline config that replicates it, and read-backs of every table by three readers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from calving.ingest.config.loader import CalvingConfig, parse_config
+from calving.ingest.demo.database import SourceDatabase
+from calving.ingest.kafka.producer import produce
+from tests.support.oracles import datafusion_rows, duckdb_rows, pyiceberg_rows
+
+WRITER = "db"
+
+
+def create_topics(broker: Any, db: SourceDatabase, tables: list[str] | None = None) -> None:
+    for name in tables or list(db.tables):
+        broker.create_topic(db.topic(name), db.tables[name].partitions)
+
+
+def produce_pending(bootstrap: str, db: SourceDatabase) -> dict[str, dict[int, int]]:
+    """Produce every pending record of ``db``; end offsets by topic."""
+    return {
+        topic: produce(bootstrap, topic, records) for topic, records in db.take_records().items()
+    }
+
+
+def many_config(
+    db: SourceDatabase,
+    bootstrap: str,
+    catalog: str,
+    warehouse: Path,
+    *,
+    tables: dict[str, Any] | None = None,
+    max_offsets: int = 400,
+    trigger: str = "1 second",
+) -> CalvingConfig:
+    pattern = rf"{db.prefix}\.(shop|inventory)\..*"
+    doc: dict[str, Any] = {
+        "source": {
+            "bootstrap_servers": bootstrap,
+            "topic_pattern": pattern,
+            "starting_offsets": "earliest",
+            "max_offsets_per_trigger": max_offsets,
+        },
+        "format": {"type": "debezium-json"},
+        "table": {
+            "catalog": catalog,
+            "warehouse": str(warehouse),
+            "name": "{schema}.{table}",
+        },
+        "sink": {
+            "writer_id": WRITER,
+            "checkpoint": str(warehouse / "checkpoint"),
+            "dead_letter_table": "ops.dead_letters",
+            "trigger_interval": trigger,
+        },
+        "spark": {"master": "local[2]"},
+    }
+    if tables:
+        doc["tables"] = tables
+    return parse_config(doc, "many-tables test")
+
+
+def read_back(metadata_location: str, columns: tuple[str, ...]) -> dict[str, list[tuple]]:
+    return {
+        "pyiceberg": pyiceberg_rows(metadata_location, columns),
+        "duckdb": duckdb_rows(metadata_location, columns),
+        "datafusion": datafusion_rows(metadata_location, columns),
+    }

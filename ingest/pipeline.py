@@ -12,6 +12,7 @@ import functools
 import json
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -34,6 +35,7 @@ from calving.ingest.metrics import metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
 from calving.ingest.sink.many.sink import ManyTablesSink
+from calving.ingest.sink.many.transactions import TransactionTracker
 from calving.ingest.sink.path_choice import PathChoice, choose_path
 
 if TYPE_CHECKING:
@@ -269,7 +271,12 @@ def build_pipeline(
     table name (whole-database CDC) builds a ``ManyTablesSink`` instead."""
     if config.router is not None:
         many = build_many_sink(config, on_batch=on_batch)
-        path = PathChoice("fused", "many tables: one task per partition range", keyed=True)
+        path = PathChoice(
+            "fused",
+            "many tables: one task per partition range",
+            keyed=True,
+            overrides=tuple(with_transaction_topic(config).items()),
+        )
         return Pipeline(config, spark or spark_session(config.spark), None, many, path=path)
     sink = build_sink(config, on_batch=on_batch)
     session = spark or spark_session(config.spark)
@@ -281,6 +288,20 @@ def build_pipeline(
     path = path_for(config, sink.table)
     log.info("records path: %s (%s)", path.path, path.reason)
     return Pipeline(config, session, sink.table, sink, maintainer=maintainer, path=path)
+
+
+def with_transaction_topic(config: CalvingConfig) -> dict[str, str]:
+    """The subscription of a many-table pipeline with source-transaction boundaries: the
+    configured topics plus the transaction topic, so that new markers start a batch (the
+    router never makes it a table)."""
+    topic = config.sink.transaction_topic
+    if topic is None:
+        return {}
+    options = config.source.spark_options()
+    if "subscribe" in options:
+        return {"subscribe": f"{options['subscribe']},{topic}"}
+    pattern = options["subscribePattern"]
+    return {"subscribePattern": f"(?:{pattern})|{re.escape(topic)}"}
 
 
 def build_many_sink(
@@ -312,6 +333,15 @@ def build_many_sink(
         dead_letter_max_bytes=sink_cfg.dead_letter_max_bytes,
         index_save_every=sink_cfg.index_save_every,
         on_batch=on_batch,
+        transactions=(
+            TransactionTracker(
+                sink_cfg.transaction_topic,
+                config.source.source_options(),
+                sink_cfg.transaction_timeout_seconds,
+            )
+            if sink_cfg.transaction_topic
+            else None
+        ),
     )
 
 

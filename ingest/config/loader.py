@@ -124,24 +124,25 @@ def _parse(resolved: dict[str, Any], origin: str, ctx: Context) -> CalvingConfig
     source_cfg = parse_source(source)
     format_cfg = parse_format(fmt)
     table_cfg = parse_table(table)
+    sink_cfg = parse_sink(sink, table_cfg.name)
     config = CalvingConfig(
         source=source_cfg,
         format=format_cfg,
         table=table_cfg,
-        sink=parse_sink(sink, table_cfg.name),
+        sink=sink_cfg,
         spark=parse_spark(spark),
         metrics=parse_metrics(metrics),
         maintenance=parse_maintenance(maintenance),
         origin=origin,
         redact=ctx.redact,
-        router=_router(table_cfg, source_cfg, tables, ctx),
+        router=_router(table_cfg, source_cfg, sink_cfg, tables, ctx),
     )
     _check_across(config)
     return config
 
 
 def _router(
-    table: TableConfig, source: SourceConfig, tables: Any, ctx: Context
+    table: TableConfig, source: SourceConfig, sink: SinkConfig, tables: Any, ctx: Context
 ) -> TableRouter | None:
     if not table.routed:
         if tables is not None:
@@ -162,12 +163,18 @@ def _router(
         tables=tables,
         name_case=table.name_case,
         invalid_characters=table.invalid_characters,
+        reserved=(sink.transaction_topic,) if sink.transaction_topic else (),
         ctx=ctx,
     )
 
 
 def _check_across(config: CalvingConfig) -> None:
     fmt, table = config.format, config.table
+    if config.sink.transaction_topic is not None and config.router is None:
+        raise ConfigError(
+            "sink.transaction_topic: source-transaction boundaries need a routed table name "
+            '(many tables, e.g. table.name = "{schema}.{table}")'
+        )
     if config.router is not None:
         if fmt.type not in ROUTED_FORMATS:
             raise ConfigError(

@@ -23,6 +23,8 @@ SINK_KEYS = (
     "index_save_every",
     "evolve_schema",
     "path",
+    "transaction_topic",
+    "transaction_timeout",
 )
 #: ``[sink] path``: how records reach the writers (see ``calving.ingest.sink.path_choice``).
 SINK_PATHS = ("auto", "fused", "shuffle")
@@ -59,6 +61,12 @@ class SinkConfig:
     #: ``auto`` (fused read-decode-write tasks unless a key may span Kafka partitions),
     #: ``fused`` or ``shuffle`` (records through Spark, keyed tables repartitioned by key).
     path: str = "auto"
+    #: Many tables: Debezium's transaction topic (``<prefix>.transaction``); with it,
+    #: every commit holds whole source transactions only.
+    transaction_topic: str | None = None
+    #: How long an incomplete source transaction may hold its events back before they
+    #: are committed anyway (``"5 minutes"``).
+    transaction_timeout: str = "5 minutes"
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
     def __repr__(self) -> str:
@@ -67,6 +75,10 @@ class SinkConfig:
     @property
     def trigger_seconds(self) -> float:
         return interval_seconds(self.trigger_interval)
+
+    @property
+    def transaction_timeout_seconds(self) -> float:
+        return interval_seconds(self.transaction_timeout)
 
 
 @dataclass(frozen=True, repr=False)
@@ -112,14 +124,8 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
     checkpoint = s.ctx.resolve_path(
         s.required_string("checkpoint", what="a directory or URI for Spark's checkpoint")
     )
-    interval = s.string("trigger_interval", "2 seconds", what='a duration such as "5 seconds"')
-    assert interval is not None
-    if _INTERVAL.match(interval) is None:
-        s.fail(
-            "trigger_interval",
-            f'expected a duration such as "500 milliseconds", "5 seconds" or "1 minute", '
-            f"got {s.shown(s.key('trigger_interval'), interval)}",
-        )
+    interval = _duration(s, "trigger_interval", "2 seconds")
+    txn_timeout = _duration(s, "transaction_timeout", "5 minutes")
     dead_table = s.string("dead_letter_table", what='a table name ("namespace.table" or "table")')
     if dead_table is not None:
         if "." not in dead_table:
@@ -151,10 +157,24 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         index_save_every=s.integer("index_save_every", 20, minimum=1) or 20,
         evolve_schema=s.boolean("evolve_schema", True),
         path=_path(s),
+        transaction_topic=s.string("transaction_topic", what="a Kafka topic name"),
+        transaction_timeout=txn_timeout.strip(),
         env_keys=s.env_names(),
     )
     s.finish()
     return config
+
+
+def _duration(s: Section, name: str, default: str) -> str:
+    value = s.string(name, default, what='a duration such as "5 seconds"')
+    assert value is not None
+    if _INTERVAL.match(value) is None:
+        s.fail(
+            name,
+            f'expected a duration such as "500 milliseconds", "5 seconds" or "1 minute", '
+            f"got {s.shown(s.key(name), value)}",
+        )
+    return value
 
 
 def _path(s: Section) -> str:

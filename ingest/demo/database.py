@@ -178,6 +178,9 @@ class SourceDatabase:
     #: With ``provide.transaction.metadata``: events carry a transaction block and the
     #: transaction topic gets BEGIN / END records.
     transaction_metadata: bool = True
+    #: Keep every table's expected rows after each transaction (``history[txid]``).
+    keep_history: bool = False
+    history: dict[str, dict[str, list[tuple]]] = field(default_factory=dict)
 
     @property
     def transaction_topic(self) -> str:
@@ -209,12 +212,15 @@ class SourceDatabase:
         counts: dict[str, int] = {}
         for order, (t, op, before, after) in enumerate(txn.events, start=1):
             self.lsn += 1
-            topic = self.topic(t.name)
-            counts[topic] = counts.get(topic, 0) + 1
-            block = {"id": txn.id, "total_order": order, "data_collection_order": counts[topic]}
+            collection = f"{t.schema}.{t.name}"  # Debezium names a data collection so
+            counts[collection] = counts.get(collection, 0) + 1
+            block = {"id": txn.id, "total_order": order,
+                     "data_collection_order": counts[collection]}  # fmt: skip
             self._event(t, op, before, after, block if self.transaction_metadata else None)
         if self.transaction_metadata:
             self._markers(txn, counts)
+        if self.keep_history:
+            self.history[txn.id] = {name: self.expected(name) for name in self.tables}
 
     def _event(
         self,

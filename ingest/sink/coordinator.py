@@ -274,7 +274,9 @@ class Coordinator:
         outcome = self.table.commit(prepared.action)
         return self.finish(prepared, outcome)
 
-    def prepare(self, batch_id: int, parsed: ParsedMessages) -> PreparedBatch:
+    def prepare(
+        self, batch_id: int, parsed: ParsedMessages, summary: Mapping[str, str] | None = None
+    ) -> PreparedBatch:
         """The batch's ``RowDelta`` (None: no offsets, nothing to commit), built on the
         primary-key index at the table's current snapshot. Commit it (alone, or with
         other tables' in one catalog transaction), then hand the outcome to ``finish``."""
@@ -305,6 +307,7 @@ class Coordinator:
             ledger=claim,
             schema_id=self.table.metadata.current_schema_id,
             rebase=rebase,
+            summary=dict(summary or {}),
         )
         return PreparedBatch(parsed, stats, claim, action, deletes, rebase)
 

@@ -16,6 +16,9 @@ batches back into the same values. Nothing else reads or writes the Arrow layout
 - ``SchemaSeen``: a change-event value schema a task saw (JSON text, e.g. the Kafka
   Connect JSON converter's ``schema``), so the driver can evolve the table first.
 
+- ``TransactionRuns``: per topic-partition, the runs of consecutive records of one source
+  transaction a task read (transaction id or None, first and last offset, count).
+
 A many-table pipeline's tasks tag each message with the topic it came from:
 ``encode_tagged`` / ``decode_tagged`` add one ``tag`` column to the same layout.
 
@@ -92,6 +95,15 @@ class SchemaSeen:
     schema: str
 
 
+#: (topic, partition, transaction id or None, first offset, last offset, records)
+TransactionRun = tuple[str, int, "str | None", int, int, int]
+
+
+@dataclass(frozen=True)
+class TransactionRuns:
+    runs: tuple[TransactionRun, ...]
+
+
 Message = (
     DataFileWritten
     | KeysDeleted
@@ -101,6 +113,7 @@ Message = (
     | UnknownFields
     | RowsSeen
     | SchemaSeen
+    | TransactionRuns
 )
 
 
@@ -117,7 +130,7 @@ MESSAGE_SCHEMA = pa.schema(
     ]
 )
 
-_DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCHEMA = (
+_DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCHEMA, _TXN_RUNS = (
     "data",
     "deletes",
     "range",
@@ -126,6 +139,7 @@ _DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCHEMA = (
     "unknown",
     "rows",
     "schema",
+    "txn-runs",
 )
 #: ``MESSAGE_SCHEMA`` plus the ``tag`` (topic) of each message: a many-table task.
 TAGGED_SCHEMA = MESSAGE_SCHEMA.append(pa.field("tag", pa.string()))
@@ -185,6 +199,9 @@ def encode_row(m: Message) -> dict[str, Any]:
         return _row(_ROWS, "", None, m.count)
     if isinstance(m, SchemaSeen):
         return _row(_SCHEMA, m.schema, None, 1)
+    if isinstance(m, TransactionRuns):
+        runs = json.dumps([list(r) for r in m.runs], separators=(",", ":"))
+        return _row(_TXN_RUNS, runs, None, len(m.runs))
     raise TypeError(f"not a commit message: {type(m).__name__}")
 
 
@@ -224,6 +241,13 @@ def _decode_row(kind: str | None, payload: str, keys: bytes | None, count: int |
         return RowsSeen(int(count or 0))
     if kind == _SCHEMA:
         return SchemaSeen(payload)
+    if kind == _TXN_RUNS:
+        return TransactionRuns(
+            tuple(
+                (str(t), int(p), None if x is None else str(x), int(a), int(b), int(n))
+                for t, p, x, a, b, n in json.loads(payload)
+            )
+        )
     raise ValueError("unknown message kind")
 
 

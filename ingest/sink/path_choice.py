@@ -30,12 +30,20 @@ class PathChoice:
     #: Why, for the log line at start.
     reason: str
     keyed: bool = False
+    #: Options over the configured ones (a many-table pipeline's subscription).
+    overrides: tuple[tuple[str, str], ...] = ()
 
     @property
     def source_options(self) -> dict[str, str]:
         """Extra ``calving-kafka`` options the path needs."""
         if self.path == "shuffle":
-            return {}
+            return dict(self.overrides)
+        if self.overrides:
+            return {
+                "calving.emit": "ranges",
+                "calving.splitRanges": "false",
+                **dict(self.overrides),
+            }
         if not self.keyed:
             return {"calving.emit": "ranges"}
         # One task per topic-partition range: a partition's keys stay together.

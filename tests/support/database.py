@@ -35,6 +35,8 @@ def many_config(
     tables: dict[str, Any] | None = None,
     max_offsets: int = 400,
     trigger: str = "1 second",
+    transaction_topic: str | None = None,
+    transaction_timeout: str | None = None,
 ) -> CalvingConfig:
     pattern = rf"{db.prefix}\.(shop|inventory)\..*"
     doc: dict[str, Any] = {
@@ -60,6 +62,10 @@ def many_config(
     }
     if tables:
         doc["tables"] = tables
+    if transaction_topic:
+        doc["sink"]["transaction_topic"] = transaction_topic
+    if transaction_timeout:
+        doc["sink"]["transaction_timeout"] = transaction_timeout
     return parse_config(doc, "many-tables test")
 
 
@@ -69,3 +75,17 @@ def read_back(metadata_location: str, columns: tuple[str, ...]) -> dict[str, lis
         "duckdb": duckdb_rows(metadata_location, columns),
         "datafusion": datafusion_rows(metadata_location, columns),
     }
+
+
+def wait_until(what: str, check: Any, timeout: float = 120.0, query: Any = None) -> None:
+    """Poll ``check()`` until true; fail naming ``what`` (or the query's error)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if query is not None and query.exception() is not None:
+            raise AssertionError(f"the stream failed: {query.exception()}")
+        if check():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -50,6 +50,8 @@ class RowDelta:
     ledger: LedgerClaim | None = None
     schema_id: int | None = None
     rebase: Rebase | None = None
+    #: More snapshot summary entries (e.g. the last source transaction committed).
+    summary: Mapping[str, str] = field(default_factory=dict)
 
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         check_schema_compatible(base, self.schema_id)
@@ -57,6 +59,7 @@ class RowDelta:
         if step is None:
             return NoChange("offsets already committed (exactly-once replay)")
         summary, properties = step
+        summary = {**summary, **self.summary}
 
         deletes = {p: bm for p, bm in self.deletes.items() if len(bm)}
         if deletes:

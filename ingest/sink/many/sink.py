@@ -40,6 +40,7 @@ from calving.commit.spec.metadata import serialize_metadata
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.committer import Committed, Conflicted, Skipped, Unknown
 from calving.commit.table.ledger import LedgerClaim, TopicPartition, read_ledger
+from calving.commit.table.ledger import OffsetRange as LedgerRange
 from calving.commit.table.multi_commit import TableCommit, commit_tables
 from calving.commit.table.outcomes import CommitOutcome
 from calving.commit.table.table import Table
@@ -61,7 +62,22 @@ from calving.ingest.sink.foreach_batch import keys_in_two_tasks
 from calving.ingest.sink.many.discover import first_event, open_routed_table
 from calving.ingest.sink.many.evolve import evolution
 from calving.ingest.sink.many.tasks import TablePlan, decode_task_output, many_tables_task
-from calving.ingest.sink.messages import Coordinates, Message, SchemaSeen, decode_tagged
+from calving.ingest.sink.many.transactions import (
+    LAST_TRANSACTION,
+    TRANSACTION_OFFSET,
+    Horizon,
+    TransactionScope,
+    TransactionTracker,
+    horizon,
+)
+from calving.ingest.sink.messages import (
+    Coordinates,
+    Message,
+    RangeSeen,
+    SchemaSeen,
+    TransactionRuns,
+    decode_tagged,
+)
 
 log = logging.getLogger("calving.many")
 
@@ -91,6 +107,10 @@ class ManyBatchStats:
     dead_letters: int = 0
     #: Tables stopped by an incompatible schema change (name -> message).
     stopped: dict[str, str] = field(default_factory=dict)
+    #: With transaction boundaries: the last source transaction the batch committed,
+    #: and the records left for a later batch (behind an incomplete transaction).
+    transaction: str | None = None
+    held_back: int = 0
 
     @property
     def records(self) -> int:
@@ -120,6 +140,7 @@ class ManyTablesSink:
         dead_letter_max_bytes: int = DEFAULT_TOPIC_MAX_BYTES,
         index_save_every: int = 20,
         on_batch: Callable[[ManyBatchStats], None] | None = None,
+        transactions: TransactionTracker | None = None,
     ) -> None:
         self.catalog = catalog
         self.io = io
@@ -134,6 +155,8 @@ class ManyTablesSink:
         self.dead_letter_max_bytes = dead_letter_max_bytes
         self.index_save_every = index_save_every
         self.on_batch = on_batch
+        #: Source-transaction boundaries (``[sink] transaction_topic``), if on.
+        self.transactions = transactions
         self.metrics = None  # the per-table Prometheus figures are not wired for many tables
         self.routes: dict[str, Route | Skip] = {}
         self.tables: dict[str, RoutedTable] = {}
@@ -149,10 +172,13 @@ class ManyTablesSink:
         """Where the source must not read below: per topic-partition, the lowest next
         offset any of this writer's tables (and the dead-letter table) holds."""
         out: dict[TopicPartition, int] = {}
-        for table in self._writer_tables():
-            for tp, offset in read_ledger(table.metadata, self.writer_id).items():
+        for ledger in self._ledgers():
+            for tp, offset in ledger.items():
                 out[tp] = min(offset, out.get(tp, offset))
         return out
+
+    def _ledgers(self) -> list[dict[TopicPartition, int]]:
+        return [read_ledger(t.metadata, self.writer_id) for t in self._writer_tables()]
 
     def _writer_tables(self) -> Iterable[Table]:
         seen = set()
@@ -180,12 +206,22 @@ class ManyTablesSink:
     def write_batch(self, spark: Any, rows: Sequence[RangeRow], batch_id: int) -> ManyBatchStats:
         started = time.monotonic()
         spans = _spans(rows)
+        scope = None
+        if self.transactions is not None:
+            spans, scope = self._transaction_ranges(spans)
         self._route(spans)
         live = {t: s for t, s in spans.items() if self._routed_table(t) is not None}
-        messages = self._write(spark, batch_id, live)
-        messages = self._evolve_and_rewrite(spark, batch_id, live, messages)
+        messages = self._write(spark, batch_id, live, scope=scope)
+        messages = self._evolve_and_rewrite(spark, batch_id, live, messages, scope)
+        bound = None
+        if self.transactions is not None and scope is not None:
+            bound, messages = self._within_horizon(spark, batch_id, live, messages, scope)
         parsed = {name: ParsedMessages.of(ms) for name, ms in messages.items()}
-        stats = self._commit(batch_id, parsed)
+        stats = self._commit(batch_id, parsed, self._transaction_claim(bound, scope))
+        if self.transactions is not None and scope is not None and bound is not None:
+            read = {(r.topic, r.partition): r.end for rs in spans.values() for r in rs}
+            self.transactions.committed(bound, scope, read)
+            stats.held_back = self.transactions.held_back()
         log.info(
             "batch %d: %d record(s) into %d table(s) (%s) in %.2fs, commit %.3fs",
             batch_id,
@@ -199,6 +235,89 @@ class ManyTablesSink:
         if self.on_batch is not None:
             self.on_batch(stats)
         return stats
+
+    # ------------------------------------------------------------ transactions
+
+    def _transaction_ranges(
+        self, planned: dict[str, list[OffsetRange]]
+    ) -> tuple[dict[str, list[OffsetRange]], TransactionScope]:
+        tracker = self.transactions
+        assert tracker is not None
+        if not tracker.restored:
+            tracker.restore(self._ledgers())
+        spans = tracker.ranges(planned)
+        tracker.read_markers()
+        return spans, tracker.scope()
+
+    def _collection_topic(self, name: str) -> str | None:
+        """The replicated topic of a transaction END's data collection, or None."""
+        tracker = self.transactions
+        assert tracker is not None
+        prefix = tracker.topic.rsplit(".", 1)[0]
+        topic = f"{prefix}.{name}"
+        route = self.routes.get(topic)
+        if isinstance(route, Skip) or not self.router.subscribed(topic):
+            return None
+        return topic
+
+    def _within_horizon(
+        self,
+        spark: Any,
+        batch_id: int,
+        spans: Mapping[str, list[OffsetRange]],
+        messages: dict[str, list[Message]],
+        scope: TransactionScope,
+    ) -> tuple[Horizon, dict[str, list[Message]]]:
+        """The batch's horizon; tables whose files went past it are written again up
+        to it (their first files are never committed)."""
+        tracker = self.transactions
+        assert tracker is not None
+        runs = [
+            r
+            for ms in messages.values()
+            for m in ms
+            if isinstance(m, TransactionRuns)
+            for r in m.runs
+        ]
+        starts = {(r.topic, r.partition): r.start for rs in spans.values() for r in rs}
+        bound = horizon(tracker.pending, runs, starts, self._collection_topic)
+        if scope.everything:
+            return bound, messages
+        again = set()
+        for name, ms in messages.items():
+            for m in ms:
+                if isinstance(m, RangeSeen) and m.end > bound.cuts.get((m.topic, m.partition), 0):
+                    again.add(name)
+        if again:
+            log.info(
+                "batch %d: %d table(s) written past the last whole source transaction; "
+                "writing them again up to it",
+                batch_id,
+                len(again),
+            )
+            sent: set[Coordinates] = set()
+            for name in again:
+                parsed = ParsedMessages.of(messages.pop(name))
+                sent |= parsed.dead_letters_sent
+                _forget(self.tables[name].table, parsed)
+            redo = {t: s for t, s in spans.items() if _name(self._routed_table(t)) in again}
+            cut = TransactionScope(cuts=bound.cuts)
+            messages.update(self._write(spark, batch_id, redo, frozenset(sent), scope=cut))
+        return bound, messages
+
+    def _transaction_claim(
+        self, bound: Horizon | None, scope: TransactionScope | None
+    ) -> tuple[TopicPartition, LedgerRange, dict[str, str]] | None:
+        tracker = self.transactions
+        if tracker is None or bound is None or scope is None:
+            return None
+        span = tracker.claim(bound, scope)
+        if span is None:
+            return None
+        summary = {TRANSACTION_OFFSET: str(span[1] - 1)}
+        if bound.last is not None and not scope.everything:
+            summary[LAST_TRANSACTION] = bound.last.txid
+        return tracker.tp, LedgerRange(*span), summary
 
     # ------------------------------------------------------------ 1. route
 
@@ -246,12 +365,13 @@ class ManyTablesSink:
         spans: Mapping[str, list[OffsetRange]],
         already_sent: frozenset[Coordinates] = frozenset(),
         together: frozenset[str] = frozenset(),
+        scope: TransactionScope | None = None,
     ) -> dict[str, list[Message]]:
         """Run one Spark job writing ``spans``; messages by table name. The ranges of
         tables in ``together`` go to one task (their keys may span partitions)."""
         if not spans:
             return {}
-        plans = self._plans(batch_id, spans, already_sent)
+        plans = self._plans(batch_id, spans, already_sent, scope)
         groups: list[list[RangeRow]] = []
         joint: dict[str, list[RangeRow]] = {}
         for topic, ranges in spans.items():
@@ -278,7 +398,9 @@ class ManyTablesSink:
                 )
                 _forget(self.tables[name].table, ParsedMessages.of(messages.pop(name)))
             again = {t: s for t, s in spans.items() if plans[t].table in spread}
-            messages.update(self._write(spark, batch_id, again, already_sent, frozenset(spread)))
+            messages.update(
+                self._write(spark, batch_id, again, already_sent, frozenset(spread), scope)
+            )
         return messages
 
     def _spread(self, messages: Mapping[str, list[Message]]) -> list[str]:
@@ -294,6 +416,7 @@ class ManyTablesSink:
         batch_id: int,
         spans: Mapping[str, list[OffsetRange]],
         already_sent: frozenset[Coordinates],
+        scope: TransactionScope | None = None,
     ) -> dict[str, TablePlan]:
         dlq = self.dead_letter_table
         if dlq is not None:
@@ -313,11 +436,17 @@ class ManyTablesSink:
             assert routed is not None
             plan = by_table.get(routed.name)
             if plan is None:
-                plan = by_table[routed.name] = self._plan(routed, batch_id, target)
+                plan = by_table[routed.name] = self._plan(routed, batch_id, target, scope)
             plans[topic] = plan
         return plans
 
-    def _plan(self, routed: RoutedTable, batch_id: int, target: DeadLetterTarget) -> TablePlan:
+    def _plan(
+        self,
+        routed: RoutedTable,
+        batch_id: int,
+        target: DeadLetterTarget,
+        scope: TransactionScope | None = None,
+    ) -> TablePlan:
         table = routed.table.refresh()
         schema = table.metadata.schema
         if routed.decoder is None or routed.decoder[0] != schema.schema_id:
@@ -332,7 +461,8 @@ class ManyTablesSink:
             dead_letters=target,
             io_properties=table.io.properties,
         )
-        return TablePlan(routed.name, task, bool(schema.identifier_field_ids), routed.stopped)
+        keyed = bool(schema.identifier_field_ids)
+        return TablePlan(routed.name, task, keyed, routed.stopped, scope)
 
     # ------------------------------------------------------------ 3. evolve
 
@@ -342,6 +472,7 @@ class ManyTablesSink:
         batch_id: int,
         spans: Mapping[str, list[OffsetRange]],
         messages: dict[str, list[Message]],
+        scope: TransactionScope | None = None,
     ) -> dict[str, list[Message]]:
         again: set[str] = set()
         for name, ms in messages.items():
@@ -366,17 +497,29 @@ class ManyTablesSink:
             sent |= parsed.dead_letters_sent
             _forget(self.tables[name].table, parsed)
         redo = {t: s for t, s in spans.items() if _name(self._routed_table(t)) in again}
-        messages.update(self._write(spark, batch_id, redo, frozenset(sent)))
+        messages.update(self._write(spark, batch_id, redo, frozenset(sent), scope=scope))
         return messages
 
     # ------------------------------------------------------------ 4. commit
 
-    def _commit(self, batch_id: int, parsed: Mapping[str, ParsedMessages]) -> ManyBatchStats:
+    def _commit(
+        self,
+        batch_id: int,
+        parsed: Mapping[str, ParsedMessages],
+        transaction: tuple[TopicPartition, LedgerRange, dict[str, str]] | None = None,
+    ) -> ManyBatchStats:
         stats = ManyBatchStats(batch_id)
         stats.stopped = {r.name: r.stopped for r in self.tables.values() if r.stopped}
+        summary: dict[str, str] = {}
+        if transaction is not None:
+            tp, span, summary = transaction
+            stats.transaction = summary.get(LAST_TRANSACTION)
+            for p in parsed.values():
+                if p.ranges:
+                    p.ranges[tp] = span
         prepared: dict[str, PreparedBatch] = {}
         for name, p in parsed.items():
-            prepared[name] = self.tables[name].coordinator.prepare(batch_id, p)
+            prepared[name] = self.tables[name].coordinator.prepare(batch_id, p, summary)
         commits = [
             TableCommit(
                 self.tables[name].table.ident,

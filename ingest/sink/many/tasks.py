@@ -31,6 +31,11 @@ from calving.ingest.sink.executor import (
     keyed_stage_schema,
     write_last_events,
 )
+from calving.ingest.sink.many.transactions import (
+    RunBuilder,
+    TransactionScope,
+    transaction_ids,
+)
 from calving.ingest.sink.messages import (
     DataFileWritten,
     Message,
@@ -53,6 +58,8 @@ class TablePlan:
     #: Set when the table is stopped by an incompatible source schema change: every
     #: record becomes a dead letter with this message.
     stopped: str | None = None
+    #: With source-transaction boundaries: which events this batch may write.
+    scope: TransactionScope | None = None
 
 
 class SchemaSniffer:
@@ -121,11 +128,29 @@ def decode_task_output(blobs: Iterable[bytes]) -> pa.Table:
 
 
 def _records(
-    options: KafkaSourceOptions, ranges: Iterable[OffsetRange], sniffer: SchemaSniffer
+    options: KafkaSourceOptions,
+    ranges: Iterable[OffsetRange],
+    sniffer: SchemaSniffer,
+    scope: TransactionScope | None = None,
+    runs: RunBuilder | None = None,
 ) -> Iterator[pa.RecordBatch]:
+    """The records of ``ranges``; with a ``scope``, each topic-partition only up to its
+    first record outside it (the rest is held back), its transaction runs noted."""
     schema = kafka_arrow_schema(options.include_headers)
     for span in ranges:
+        tp = (span.topic, span.partition)
         for rb in read_range(options, span, schema):
+            if scope is not None and runs is not None:
+                offsets = rb.column("offset").to_pylist()
+                ids = transaction_ids(rb.column("value").to_pylist())
+                cut = scope.cut(tp, offsets, ids)
+                runs.add(tp, offsets[:cut], ids[:cut])
+                if cut < rb.num_rows:
+                    if cut:
+                        head = rb.slice(0, cut)
+                        sniffer.add(head.column("value").to_pylist())
+                        yield head
+                    break  # the rest of this span waits for a later batch
             sniffer.add(rb.column("value").to_pylist())
             yield rb
 
@@ -137,15 +162,18 @@ def table_messages(
     sniffer = SchemaSniffer()
     task = plan.plan
     io = task.file_io()
+    runs = RunBuilder() if plan.scope is not None else None
+    records = _records(options, ranges, sniffer, plan.scope, runs)
     if plan.stopped is not None:
-        return _all_dead(plan, _records(options, ranges, sniffer)) + sniffer.messages()
+        dead = _all_dead(plan, records)
+        return dead + sniffer.messages() + ([runs.message()] if runs is not None else [])
     decoding = Decoding(task)
     messages: list[Message] = []
     if plan.keyed:
         stage = keyed_stage_schema(task.metadata())
         stage = stage.remove(stage.get_field_index("_meta"))
         parts = []
-        for rb in _records(options, ranges, sniffer):
+        for rb in records:
             rows = decoding.decode(rb)
             if rows is not None:
                 parts.append(conform(rows, stage))
@@ -153,12 +181,13 @@ def table_messages(
             messages = write_last_events(task, pa.concat_tables(parts))
     else:
         writer = task.writer(io)
-        for rb in _records(options, ranges, sniffer):
+        for rb in records:
             rows = decoding.decode(rb)
             if rows is not None:
                 writer.write(rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names]))
         messages = [DataFileWritten(w.data_file) for w in writer.close()]
-    return messages + decoding.finish(io) + sniffer.messages()
+    done = messages + decoding.finish(io) + sniffer.messages()
+    return done + ([runs.message()] if runs is not None else [])
 
 
 def _all_dead(plan: TablePlan, batches: Iterable[pa.RecordBatch]) -> list[Message]:

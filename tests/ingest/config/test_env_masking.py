@@ -102,6 +102,8 @@ CASES = [
     ("sink.index_save_every", S, "sink.index_save_every"),
     ("sink.evolve_schema", S, "sink.evolve_schema"),
     ("sink.path", S, "sink.path"),
+    ("sink.transaction_topic", "   ", "sink.transaction_topic"),
+    ("sink.transaction_timeout", S, "sink.transaction_timeout"),
     ("spark", {"master": S}, "spark.master"),
     ("spark", {"app_name": "   "}, "spark.app_name"),
     ("spark", {"conf": {"spark.executor.cores": S}}, 'spark.conf."spark.executor.cores"'),

@@ -128,6 +128,10 @@ _messages = st.one_of(
     ),
     st.builds(msg.RowsSeen, _ints),
     st.builds(msg.SchemaSeen, _text),
+    st.builds(
+        msg.TransactionRuns,
+        st.lists(st.tuples(_text, _small, _text | st.none(), _ints, _ints, _ints)).map(tuple),
+    ),
 )
 
 

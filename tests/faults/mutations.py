@@ -75,11 +75,27 @@ def _forget_journal() -> None:
     RunJournal.add = lambda self, locations: None  # type: ignore[method-assign]
 
 
+def _per_table_swaps() -> None:
+    """A many-table pipeline swaps each table's metadata pointer on its own, outside
+    one catalog transaction: a crash between two swaps leaves a batch half committed."""
+    from calving.commit.table.table import Table
+    from calving.ingest.sink.many.sink import ManyTablesSink
+
+    def swap(self: ManyTablesSink, commits: list) -> tuple[dict, bool]:
+        out = {}
+        for c in commits:
+            out[c.ident] = Table.load(self.catalog, c.ident, self.io).commit(c.action)
+        return out, False
+
+    ManyTablesSink._swap = swap  # type: ignore[method-assign]
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
     "skip-ledger": _skip_ledger,
     "forget-dv": _forget_dv,
     "skip-carry-over": _skip_carry_over,
     "forget-journal": _forget_journal,
+    "per-table-swaps": _per_table_swaps,
 }
 
 

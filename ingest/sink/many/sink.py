@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from calving.commit.catalog.base import Catalog, TableIdent
@@ -520,6 +521,7 @@ class ManyTablesSink:
         prepared: dict[str, PreparedBatch] = {}
         for name, p in parsed.items():
             prepared[name] = self.tables[name].coordinator.prepare(batch_id, p, summary)
+        _label_batch(prepared)
         commits = [
             TableCommit(
                 self.tables[name].table.ident,
@@ -573,6 +575,21 @@ class ManyTablesSink:
             if not isinstance(out[c.ident], Committed | Skipped):
                 break  # later tables stay behind; their replay is skipped by nothing
         return out, False
+
+
+#: Snapshot summary entries tying a batch's snapshots together: one token per commit
+#: of a batch, and the tables that commit carries (all of them show it, or none).
+BATCH_COMMIT = "calving.batch.commit"
+BATCH_TABLES = "calving.batch.tables"
+
+
+def _label_batch(prepared: Mapping[str, PreparedBatch]) -> None:
+    names = sorted(n for n, pb in prepared.items() if pb.action is not None)
+    token = uuid.uuid4().hex
+    for pb in prepared.values():
+        if pb.action is not None:
+            label = {BATCH_COMMIT: token, BATCH_TABLES: ",".join(names)}
+            pb.action = replace(pb.action, summary={**pb.action.summary, **label})
 
 
 def _check_done(outcome: CommitOutcome, what: str) -> None:

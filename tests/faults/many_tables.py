@@ -1,0 +1,253 @@
+"""Many-table fault scenarios: one Spark driver (``tests.faults.many_driver``) replicating
+a source database's Debezium topics into routed tables, every batch's tables swapped in
+one catalog transaction.
+
+* ``many-crash/<point>/<catalog>``: the driver SIGKILLs itself at a commit fault point
+  after its first committed batch. Right after the kill, and again after a restart
+  drained the topics, the checker requires that every batch's commit shows in all of
+  its tables or in none (each snapshot names its batch commit and the tables it
+  carries), and at the end every table equals the source (pyiceberg and DuckDB), its
+  ledger equal to its topic's end offsets: 0 lost, 0 duplicated.
+* ``broken/many-per-table-swaps``: a build that swaps each table on its own (outside
+  the catalog transaction), killed after the first swap of a batch: the all-or-none
+  invariant must catch the half-committed batch.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from calving.commit.catalog.base import Catalog
+from calving.commit.table.ledger import read_ledger
+from calving.commit.table.table import Table
+from tests.faults.catalogs import CatalogSpec, make_spec
+from tests.faults.invariants import Violation
+from tests.faults.many_driver import ManyDriverConfig
+from tests.faults.scenarios import Context, Scenario, ScenarioResult, register
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+NEEDS = frozenset({"kafka", "spark"})
+WRITER = "db"
+DRIVER_TIMEOUT_S = 400.0
+POINTS = (
+    "after-data-files",
+    "after-manifest-list",
+    "after-metadata-file",
+    "before-swap",
+    "after-swap",
+    "after-swap-before-checkpoint",
+)
+PLAIN = ("t1", "t2", "t3")
+
+
+def _source() -> Any:
+    import uuid
+
+    from calving.ingest.demo.database import ShopWorkload, SourceDatabase, plain_table, shop_tables
+
+    db = SourceDatabase(prefix=f"mf{uuid.uuid4().hex[:8]}", transaction_metadata=False)
+    for t in shop_tables(partitions=2):
+        db.add_table(t)
+    for name in PLAIN:
+        db.add_table(plain_table(name))
+    work = ShopWorkload(db, seed=21, plain=PLAIN)
+    for _ in work.steps(220):
+        pass
+    return db
+
+
+def _document(db: Any, spec: CatalogSpec, bootstrap: str, workdir: Path) -> dict[str, Any]:
+    return {
+        "source": {
+            "bootstrap_servers": bootstrap,
+            "topic_pattern": rf"{db.prefix}\..*",
+            "starting_offsets": "earliest",
+            "max_offsets_per_trigger": 150,
+        },
+        "format": {"type": "debezium-json"},
+        "table": {
+            "catalog": spec.uri,
+            "catalog_name": spec.name,
+            "warehouse": spec.warehouse,
+            "name": "{schema}.{table}",
+        },
+        "sink": {"writer_id": WRITER, "checkpoint": str(workdir / "checkpoint")},
+    }
+
+
+def _run(cfg: ManyDriverConfig, log: Path) -> tuple[int | None, list[str]]:
+    env = {k: v for k, v in os.environ.items() if k != "CALVING_FAULTS"}
+    env["PYTHONPATH"] = str(REPO_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.faults.many_driver", cfg.to_json()],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, _ = proc.communicate(timeout=DRIVER_TIMEOUT_S)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            out, code = "", None
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # the JVM and workers with it
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    return code, out.splitlines()
+
+
+def _tables(catalog: Catalog, db: Any) -> dict[str, Table]:
+    out = {}
+    for name, t in db.tables.items():
+        ident = (t.schema, name)
+        if catalog.table_exists(ident):
+            out[name] = Table.load(catalog, ident)
+    return out
+
+
+def check_all_or_none(tables: dict[str, Table], when: str) -> list[Violation]:
+    """Every batch commit seen in any table is in every table it names."""
+    from calving.ingest.sink.many.sink import BATCH_COMMIT, BATCH_TABLES
+
+    declared: dict[str, set[str]] = {}
+    found: dict[str, set[str]] = {}
+    for table in tables.values():
+        full = table.name
+        for snapshot in table.metadata.snapshots:
+            token = snapshot.summary.get(BATCH_COMMIT)
+            if token is None:
+                continue
+            declared[token] = set(snapshot.summary.get(BATCH_TABLES, "").split(","))
+            found.setdefault(token, set()).add(full)
+    out = []
+    for token, names in declared.items():
+        if found.get(token, set()) != names:
+            missing = sorted(names - found.get(token, set()))
+            out.append(
+                Violation(
+                    "all-or-none",
+                    f"{when}: batch commit {token[:8]} shows in {sorted(found.get(token, ()))} "
+                    f"but not in {missing}",
+                )
+            )
+    return out
+
+
+def check_final(
+    tables: dict[str, Table], db: Any, ends: dict[str, dict[int, int]]
+) -> tuple[list[Violation], int, int]:
+    """Rows of every table against the source (two readers), and the ledgers."""
+    from tests.support.oracles import duckdb_rows, pyiceberg_rows
+
+    violations: list[Violation] = []
+    lost = duplicated = 0
+    for name in db.tables:
+        table = tables.get(name)
+        if table is None:
+            violations.append(Violation("rows", f"table {name} was never created"))
+            continue
+        columns = db.tables[name].column_names
+        expected = Counter(db.expected(name))
+        for reader, read in (("pyiceberg", pyiceberg_rows), ("duckdb", duckdb_rows)):
+            got = Counter(read(table.metadata_location, columns))
+            if got != expected:
+                lost += sum((expected - got).values())
+                duplicated += sum((got - expected).values())
+                violations.append(
+                    Violation("rows", f"{table.name} read by {reader} differs from the source")
+                )
+        topic = db.topic(name)
+        ledger = {p: o for (t, p), o in read_ledger(table.metadata, WRITER).items() if t == topic}
+        if ledger != ends.get(topic, {}):
+            violations.append(
+                Violation("ledger", f"{table.name}: ledger {ledger} != produced {ends.get(topic)}")
+            )
+    return violations, lost, duplicated
+
+
+def crash_scenario(point: str, kind: str, mutation: str = "") -> Any:
+    def run(ctx: Context) -> ScenarioResult:
+        from calving.ingest.kafka.broker import EmbeddedBroker
+        from tests.support.database import create_topics, produce_pending
+
+        result = ScenarioResult("")
+        spec = make_spec(kind, ctx.workdir, ctx.pg_url)
+        db = _source()
+        with EmbeddedBroker(log_path=ctx.workdir / "tansu.log") as broker:
+            create_topics(broker, db)
+            ends = produce_pending(broker.bootstrap_servers, db)
+            result.produced = sum(sum(e.values()) for e in ends.values())
+            doc = _document(db, spec, broker.bootstrap_servers, ctx.workdir)
+            armed = ManyDriverConfig(doc, faults=f"{point}=kill", mutation=mutation)
+            code, lines = _run(armed, ctx.workdir / "armed.log")
+            result.runs += 1
+            if code != -signal.SIGKILL:
+                result.violations.append(
+                    Violation(
+                        "harness", f"armed driver exited {code}, not at {point}: {lines[-3:]}"
+                    )
+                )
+                return result
+            result.faults += 1
+            catalog = spec.open()
+            try:
+                result.violations += check_all_or_none(_tables(catalog, db), f"killed at {point}")
+            finally:
+                catalog.close()
+            code, lines = _run(ManyDriverConfig(doc), ctx.workdir / "restart.log")
+            result.runs += 1
+            if code != 0 or "drained" not in lines:
+                result.violations.append(
+                    Violation("writer", f"restart exited {code}: {lines[-3:]}")
+                )
+                return result
+        catalog = spec.open()
+        try:
+            tables = _tables(catalog, db)
+            result.violations += check_all_or_none(tables, "after the restart")
+            found, result.lost, result.duplicated = check_final(tables, db, ends)
+            result.violations += found
+        finally:
+            catalog.close()
+        return result
+
+    return run
+
+
+QUICK = {("sqlite", "before-swap"), ("sqlite", "after-swap"), ("postgres", "after-metadata-file")}
+QUICK |= {("postgres", "after-swap-before-checkpoint"), ("sqlite", "after-data-files")}
+for _kind in ("sqlite", "postgres"):
+    for _point in POINTS:
+        register(
+            Scenario(
+                f"many-crash/{_point}/{_kind}",
+                "many-crash",
+                crash_scenario(_point, _kind),
+                quick=(_kind, _point) in QUICK,
+                needs=NEEDS | ({"postgres"} if _kind == "postgres" else set()),
+            )
+        )
+register(
+    Scenario(
+        "broken/many-per-table-swaps",
+        "broken",
+        crash_scenario("after-swap", "sqlite", mutation="per-table-swaps"),
+        quick=True,
+        needs=NEEDS,
+        expect_violations=True,
+    )
+)

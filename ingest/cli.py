@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--trigger-interval", default="1 second")
     demo.add_argument("--timeout", type=float, default=1800.0, help="seconds before giving up")
     demo.add_argument("--no-progress", action="store_true", help="no live progress line")
+    demo.add_argument("--tables", type=_positive,
+                      help="whole-database CDC instead: N tables (customers, orders, order "
+                      "lines in multi-table transactions, N-3 plain ones) from one pipeline, "
+                      "checked across tables after every commit")  # fmt: skip
+    demo.add_argument("--transactions", type=_positive, default=3000,
+                      help="with --tables: source transactions (3000)")  # fmt: skip
 
     run = sub.add_parser("run", help="run a pipeline from a TOML config")
     run.add_argument("config", type=Path)
@@ -178,6 +184,21 @@ def _demo(args: argparse.Namespace) -> int:
 
     logging.getLogger("calving").setLevel(logging.DEBUG if args.verbose else logging.WARNING)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if args.tables is not None:
+        from calving.ingest.demo.many import ManyDemoOptions, report_many, run_many_demo
+
+        many = run_many_demo(
+            ManyDemoOptions(
+                warehouse=args.warehouse,
+                tables=args.tables,
+                transactions=args.transactions,
+                partitions=args.partitions,
+                trigger_interval=args.trigger_interval,
+                timeout=args.timeout,
+            )
+        )
+        report_many(many)
+        return 0 if many.ok else 1
     result = run_demo(
         DemoOptions(
             warehouse=args.warehouse,

@@ -264,7 +264,7 @@ def build_pipeline(
     config: CalvingConfig,
     spark: Any | None = None,
     *,
-    on_batch: Callable[[BatchStats], None] | None = None,
+    on_batch: Callable[[Any], None] | None = None,
 ) -> Pipeline:
     """Open the catalog, create or check the table and the dead-letter table, and build
     the sink. A new table with ``infer_schema`` samples the topic first. A routed

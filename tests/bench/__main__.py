@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "maintenance": _lazy("tests.bench.maintenance"),
     "throughput": _lazy("tests.bench.throughput"),
     "freshness": _lazy("tests.bench.freshness"),
+    "many_tables": _lazy("tests.bench.many_tables"),
 }
 
 

@@ -1,0 +1,373 @@
+"""Whole-database CDC: one pipeline into 1, 10 and 50 tables at the same total rate.
+
+* throughput: the same number of Debezium JSON change events (schemas in the events)
+  spread over N topics, pre-produced, drained with ``availableNow`` by one many-table
+  pipeline (tables created on first sight included); records/s and CPU-seconds per
+  million records (driver, JVM, Python workers, broker). Peer: the one-table run.
+* freshness: a child process produces 10,000 events/s in total over the N topics for a
+  while; a record is visible once a committed batch covers its offset; p50 and p99 of
+  produce -> visible over every record.
+* atomic commit: 50 tables, one small data file each: one catalog transaction
+  (``commit_tables``) against 50 single-table commits, median of several rounds.
+
+    python -m tests.bench.many_tables [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tests.bench import streaming
+from tests.bench.figures import Figure, at_least, at_most, render
+
+TABLE_COUNTS = (1, 10, 50)
+RATE = 10_000
+TRIGGER = "500 milliseconds"
+GOAL_RATIO = 0.7
+GOAL_P99_S = 3.0
+WRITER = "bench-db"
+
+
+# ---------------------------------------------------------------- events
+
+
+def _tables(n: int) -> tuple[str, list[str]]:
+    prefix = f"mt{uuid.uuid4().hex[:8]}"
+    return prefix, [f"t{i:02d}" for i in range(n)]
+
+
+def _events(prefix: str, name: str) -> tuple[bytes, bytes]:
+    """(value template, key template) of one table's events: ``%d`` placeholders for
+    the key and the produce time."""
+    from calving.ingest.demo.database import SourceDatabase, plain_table
+
+    db = SourceDatabase(prefix=prefix, transaction_metadata=False)
+    db.add_table(plain_table(name))
+    table = db.tables[name]
+    value = {
+        "schema": table.value_schema(prefix),
+        "payload": {
+            "before": None,
+            "after": {"id": -1, "code": "c", "amount": -2, "active": True},
+            "source": {
+                "connector": "postgresql",
+                "name": prefix,
+                "db": "shop",
+                "schema": "inventory",
+                "table": name,
+                "lsn": 1,
+            },
+            "op": "c",
+            "ts_ms": 1,
+            "transaction": None,
+        },
+    }
+    key = {"schema": table.key_schema(prefix), "payload": {"id": -1}}
+    text = json.dumps(value, separators=(",", ":")).replace('"id":-1', '"id":%d')
+    text = text.replace('"amount":-2', '"amount":%d')
+    key_text = json.dumps(key, separators=(",", ":")).replace('"id":-1', '"id":%d')
+    return text.encode(), key_text.encode()
+
+
+def _topic(prefix: str, name: str) -> str:
+    return f"{prefix}.inventory.{name}"
+
+
+def _config(prefix: str, work: Path, bootstrap: str, trigger: str) -> Any:
+    from calving.ingest.config.loader import parse_config
+
+    doc = {
+        "source": {
+            "bootstrap_servers": bootstrap,
+            "topic_pattern": rf"{prefix}\.inventory\..*",
+            "starting_offsets": "earliest",
+        },
+        "format": {"type": "debezium-json"},
+        "table": {
+            "catalog": f"sqlite:///{work / 'catalog.db'}",
+            "warehouse": str(work / "warehouse"),
+            "name": "{schema}.{table}",
+        },
+        "sink": {
+            "writer_id": WRITER,
+            "checkpoint": str(work / "ckpt"),
+            "trigger_interval": trigger,
+        },
+    }
+    return parse_config(doc, "many-tables bench")
+
+
+# ---------------------------------------------------------------- throughput
+
+
+def throughput(n: int, events: int) -> tuple[float, float, int]:
+    """(records/s, CPU-seconds per million records, batches) draining ``events``."""
+    from calving.ingest.kafka.producer import produce
+    from calving.ingest.pipeline import build_pipeline
+
+    env = streaming.environment()
+    work = streaming.workdir(env, f"many-{n}")
+    prefix, names = _tables(n)
+    keys = 2_000
+    per_table = events // n
+    for name in names:
+        env.broker.create_topic(_topic(prefix, name), 1)
+        value, key = _events(prefix, name)
+        records = [(0, key % (i % keys), value % (i % keys, i), None) for i in range(per_table)]
+        produce(env.broker.bootstrap_servers, _topic(prefix, name), records)
+    batches: list[Any] = []
+    pipeline = build_pipeline(
+        _config(prefix, work, env.broker.bootstrap_servers, "1 second"),
+        env.spark,
+        on_batch=batches.append,
+    )
+    before = streaming.cpu_seconds(env)
+    started = time.perf_counter()
+    pipeline.run(available_now=True, timeout=900)
+    seconds = time.perf_counter() - started
+    used = streaming.cpu_used(before, streaming.cpu_seconds(env))
+    total = per_table * n
+    return total / seconds, sum(used.values()) / total * 1e6, len(batches)
+
+
+# ---------------------------------------------------------------- freshness
+
+
+def _produce_steady(
+    bootstrap: str, topics: list[tuple[str, bytes, bytes]], rate: int, seconds: float, conn: Any
+) -> None:
+    """Child process: ``rate`` events/s over ``topics`` round robin for ``seconds``; send
+    back each topic's produce times (index = offset)."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
+                         "enable.idempotence": False,
+                         "max.in.flight.requests.per.connection": 1})  # fmt: skip
+    times: list[list[float]] = [[] for _ in topics]
+
+    def send(i: int) -> None:
+        j = i % len(topics)
+        topic, value, key = topics[j]
+        t = time.time()
+        k = (i // len(topics)) % 2_000
+        while True:
+            try:
+                producer.produce(topic, value=value % (k, i), key=key % k, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.01)
+        times[j].append(t)
+
+    conn.send("ready")
+    start, i = time.time(), 0
+    while time.time() - start < seconds:
+        due = int((time.time() - start) * rate)
+        while i < due:
+            send(i)
+            i += 1
+        producer.poll(0)
+        time.sleep(0.001)
+    producer.flush(60)
+    for _ in range(len(topics)):  # Tansu's watermark: a lone last record per topic
+        send(i)
+        i += 1
+        producer.flush(60)
+    conn.send([np.array(t, np.float64) for t in times])
+    conn.close()
+
+
+def freshness(n: int, seconds: float) -> tuple[float | None, float | None, int]:
+    """(p50 s, p99 s, records not committed) at ``RATE`` events/s over ``n`` topics."""
+    from calving.ingest.pipeline import build_pipeline
+
+    env = streaming.environment()
+    work = streaming.workdir(env, f"many-fresh-{n}")
+    prefix, names = _tables(n)
+    topics = []
+    for name in names:
+        env.broker.create_topic(_topic(prefix, name), 1)
+        value, key = _events(prefix, name)
+        topics.append((_topic(prefix, name), value, key))
+    # Create the tables first (a first event per topic), so creation is not measured.
+    from calving.ingest.kafka.producer import produce
+
+    for topic, value, key in topics:
+        produce(env.broker.bootstrap_servers, topic, [(0, key % 0, value % (0, 0), None)])
+    commits: list[tuple[float, dict[tuple[str, int], tuple[int, int]]]] = []
+
+    def on_batch(stats: Any) -> None:
+        now = time.time()
+        ranges = {tp: (r.start, r.end) for s in stats.tables.values() for tp, r in s.ranges.items()}
+        commits.append((now, ranges))
+
+    pipeline = build_pipeline(
+        _config(prefix, work, env.broker.bootstrap_servers, TRIGGER), env.spark, on_batch=on_batch
+    )
+    query = pipeline.start()
+    try:
+        _wait(lambda: len(commits) >= 1, 120)
+        ctx = multiprocessing.get_context("spawn")
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(
+            target=_produce_steady,
+            args=(env.broker.bootstrap_servers, topics, RATE, seconds, child),
+            daemon=True,
+        )
+        proc.start()
+        if not parent.poll(60) or parent.recv() != "ready":
+            raise RuntimeError("producer did not start")
+        if not parent.poll(seconds + 120):
+            raise TimeoutError("producer did not finish")
+        times = parent.recv()
+        proc.join(30)
+        ends = {(t[0], 0): len(ts) + 1 for t, ts in zip(topics, times)}
+        _wait(lambda: _covered(commits, ends), max(30.0, seconds))
+    finally:
+        query.stop()
+        pipeline.sink.close()
+    latencies = []
+    for (topic, _, _), ts in zip(topics, times):
+        visible = np.full(len(ts), np.nan)
+        for at, ranges in commits:
+            r = ranges.get((topic, 0))
+            if r is not None:
+                lo, hi = max(r[0] - 1, 0), min(r[1] - 1, len(ts))  # offset 0: the warm-up event
+                part = visible[lo:hi]
+                np.copyto(part, at, where=np.isnan(part))
+        latencies.append(visible[:-1] - ts[:-1])
+    lat = np.concatenate(latencies)
+    done = lat[~np.isnan(lat)]
+    if not len(done):
+        return None, None, len(lat)
+    return (
+        float(np.percentile(done, 50)),
+        float(np.percentile(done, 99)),
+        int(len(lat) - len(done)),
+    )
+
+
+def _covered(commits: list[Any], ends: dict[tuple[str, int], int]) -> bool:
+    high: dict[tuple[str, int], int] = {}
+    for _, ranges in list(commits):
+        for tp, (_, end) in ranges.items():
+            high[tp] = max(end, high.get(tp, 0))
+    return all(high.get(tp, 0) >= end for tp, end in ends.items())
+
+
+def _wait(check: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError("timed out")
+        time.sleep(0.1)
+
+
+# ---------------------------------------------------------------- atomic commit
+
+
+def atomic_commit(tables: int = 50, rounds: int = 7) -> tuple[float, float]:
+    """Median ms of one ``commit_tables`` over ``tables`` tables vs ``tables`` commits."""
+    import tempfile
+
+    import pyarrow as pa
+
+    from calving.commit.catalog.sql import SqlCatalog
+    from calving.commit.spec.schema import Schema
+    from calving.commit.spec.types import NestedField, PrimitiveType
+    from calving.commit.table.actions.fast_append import FastAppend
+    from calving.commit.table.ledger import LedgerClaim, OffsetRange
+    from calving.commit.table.multi_commit import TableCommit, commit_tables
+    from calving.commit.table.table import create_table
+    from calving.ingest.write.parquet_writer import write_data_file
+
+    root = Path(tempfile.mkdtemp(prefix="calving-bench-atomic-"))
+    catalog = SqlCatalog("bench", f"sqlite:///{root / 'c.db'}", str(root / "wh"))
+    schema = Schema((NestedField(1, "id", PrimitiveType("long"), True),), identifier_field_ids=(1,))
+    catalog.create_namespace(("db",))
+    handles = [create_table(catalog, ("db", f"t{i}"), schema) for i in range(tables)]
+    rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
+
+    def actions(round_: int, base: int) -> list[TableCommit]:
+        out = []
+        for i, t in enumerate(handles):
+            f = write_data_file(t.io, f"{t.metadata.location}/data/{base}-{round_}-{i}.parquet",
+                                rows, schema)  # fmt: skip
+            claim = LedgerClaim(
+                "w", {(f"topic{i}", 0): OffsetRange(round_ * 3 + base, round_ * 3 + base + 3)}
+            )
+            out.append(TableCommit(t.ident, FastAppend((f,), ledger=claim)))
+        return out
+
+    together, single = [], []
+    for r in range(rounds):
+        commits = actions(r, 0)
+        started = time.perf_counter()
+        commit_tables(catalog, handles[0].io, commits)
+        together.append((time.perf_counter() - started) * 1000)
+        commits = actions(r, 1_000_000)
+        started = time.perf_counter()
+        for t, c in zip(handles, commits):
+            t.refresh().commit(c.action)
+        single.append((time.perf_counter() - started) * 1000)
+    catalog.close()
+    return statistics.median(together), statistics.median(single)
+
+
+# ---------------------------------------------------------------- figures
+
+
+def figures(quick: bool) -> list[Figure]:
+    events = 30_000 if quick else 150_000
+    seconds = 10.0 if quick else 30.0
+    out: list[Figure] = []
+    try:
+        rates = {}
+        for n in TABLE_COUNTS:
+            rate, cpu, batches = throughput(n, events)
+            rates[n] = (rate, cpu, batches)
+            streaming.log("many_tables", f"{n} table(s): {rate:,.0f} rec/s, {cpu:.1f} CPU-s/M")
+        one = rates[1][0]
+        for n in TABLE_COUNTS[1:]:
+            rate, cpu, batches = rates[n]
+            out.append(Figure("many_tables", f"throughput {n} tables, records/s", rate,
+                              "same pipeline, 1 table", one, better="higher",
+                              goal=f">= {GOAL_RATIO}x of 1 table" if n == 50 else "",
+                              met=at_least(rate / one, GOAL_RATIO) if n == 50 else None,
+                              note=f"{events:,} Debezium JSON events, {batches} batches; "
+                              f"{cpu:.1f} CPU-s per million records "
+                              f"(1 table: {rates[1][1]:.1f})"))  # fmt: skip
+        for n in TABLE_COUNTS:
+            p50, p99, left = freshness(n, seconds)
+            out.append(Figure("many_tables", f"freshness {n} table(s) @{RATE:,}/s, p99 s", p99,
+                              "", None, goal=f"<= {GOAL_P99_S} s" if n == 50 else "",
+                              met=at_most(p99, GOAL_P99_S) if n == 50 else None,
+                              note=f"p50 {p50 if p50 is None else round(p50, 2)} s over "
+                              f"{seconds:.0f} s, trigger {TRIGGER}, {left} not committed"))  # fmt: skip
+        together, single = atomic_commit()
+        out.append(Figure("many_tables", "commit of 50 tables, ms", together,
+                          "50 single-table commits", single,
+                          note="one catalog transaction (SQLite), one 3-row file per table, "
+                          "median of 7"))  # fmt: skip
+    finally:
+        streaming.shutdown()
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args(argv)
+    print(render(figures(args.quick)))
+
+
+if __name__ == "__main__":
+    main()

@@ -24,6 +24,7 @@ import random
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 KafkaRecord = tuple[int, bytes | None, bytes | None, None]
@@ -58,6 +59,26 @@ class Column:
                     "field": self.name}  # fmt: skip
         return {"type": self.type, "optional": self.optional, "field": self.name}
 
+    def avro_type(self) -> Any:
+        """The column's Avro type as Debezium's Avro converter writes it."""
+        t: Any
+        if self.type == "decimal":
+            params = {"scale": str(self.scale), "connect.decimal.precision": str(self.precision)}
+            t = {"type": "bytes", "logicalType": "decimal", "precision": self.precision,
+                 "scale": self.scale, "connect.version": 1, "connect.parameters": params,
+                 "connect.name": _DECIMAL}  # fmt: skip
+        elif self.type == "timestamp":
+            t = {"type": "long", "connect.version": 1, "connect.name": _MICRO_TS}
+        else:
+            t = _AVRO_PRIMITIVES[self.type]
+        return ["null", t] if self.optional else t
+
+    def avro_value(self, value: Any) -> Any:
+        """A Python value -> what fastavro writes for ``avro_type``."""
+        if value is None or self.type != "timestamp":
+            return Decimal(value) if self.type == "decimal" and value is not None else value
+        return self.encode(value)
+
     def encode(self, value: Any) -> Any:
         """A Python value -> the JSON converter's payload value."""
         if value is None:
@@ -71,6 +92,8 @@ class Column:
         return value
 
 
+_AVRO_PRIMITIVES = {"int32": "int", "int64": "long", "string": "string", "boolean": "boolean",
+                    "float64": "double"}  # fmt: skip
 _EPOCH_MICROS = int(_EPOCH.replace(tzinfo=dt.timezone.utc).timestamp()) * 1_000_000
 
 
@@ -135,6 +158,55 @@ class SourceTable:
         return {"type": "struct", "optional": False,
                 "name": f"{prefix}.{self.schema}.{self.name}.Key", "fields": fields}  # fmt: skip
 
+    def value_avro_schema(self, prefix: str) -> dict[str, Any]:
+        """The envelope's Avro writer schema (``after`` names ``before``'s record)."""
+        base = f"{prefix}.{self.schema}.{self.name}"
+        fields = [
+            {"name": c.name, "type": c.avro_type(), **({"default": None} if c.optional else {})}
+            for c in self.columns
+        ]
+        row = {"type": "record", "name": "Value", "namespace": base, "fields": fields,
+               "connect.name": f"{base}.Value"}  # fmt: skip
+        strings = ("connector", "name", "db", "schema", "table")
+        source = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
+                  "fields": [{"name": n, "type": "string"} for n in strings]
+                  + [{"name": "lsn", "type": ["null", "long"], "default": None}],
+                  "connect.name": "io.debezium.connector.postgresql.Source"}  # fmt: skip
+        block = {"type": "record", "name": "block", "namespace": "event",
+                 "fields": [{"name": "id", "type": "string"},
+                            {"name": "total_order", "type": "long"},
+                            {"name": "data_collection_order", "type": "long"}],
+                 "connect.name": "event.block"}  # fmt: skip
+        return {
+            "type": "record",
+            "name": "Envelope",
+            "namespace": base,
+            "connect.name": f"{base}.Envelope",
+            "fields": [
+                {"name": "before", "type": ["null", row], "default": None},
+                {"name": "after", "type": ["null", f"{base}.Value"], "default": None},
+                {"name": "source", "type": source},
+                {"name": "op", "type": "string"},
+                {"name": "ts_ms", "type": ["null", "long"], "default": None},
+                {"name": "transaction", "type": ["null", block], "default": None},
+            ],
+        }
+
+    def key_avro_schema(self, prefix: str) -> dict[str, Any]:
+        base = f"{prefix}.{self.schema}.{self.name}"
+        fields = [
+            {"name": c.name, "type": c.avro_type()} for c in self.columns if c.name in self.key
+        ]
+        for f in fields:
+            f["type"] = f["type"][1] if isinstance(f["type"], list) else f["type"]
+        return {"type": "record", "name": "Key", "namespace": base, "fields": fields,
+                "connect.name": f"{base}.Key"}  # fmt: skip
+
+    def avro_row(self, row: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if row is None:
+            return None
+        return {c.name: c.avro_value(row.get(c.name)) for c in self.columns}
+
     def payload(self, row: Mapping[str, Any] | None) -> dict[str, Any] | None:
         if row is None:
             return None
@@ -178,6 +250,10 @@ class SourceDatabase:
     #: With ``provide.transaction.metadata``: events carry a transaction block and the
     #: transaction topic gets BEGIN / END records.
     transaction_metadata: bool = True
+    #: Confluent Avro values and keys (writer schemas as ``<id>.avsc`` files in
+    #: ``schema_dir``) instead of the JSON converter's.
+    schema_dir: Path | None = None
+    schema_ids: dict[str, int] = field(default_factory=dict)
     #: Keep every table's expected rows after each transaction (``history[txid]``).
     keep_history: bool = False
     history: dict[str, dict[str, list[tuple]]] = field(default_factory=dict)
@@ -237,15 +313,45 @@ class SourceDatabase:
                   "schema": t.schema, "table": t.name, "lsn": self.lsn}  # fmt: skip
         payload = {"before": t.payload(before), "after": t.payload(after), "source": source,
                    "op": op, "ts_ms": self.lsn, "transaction": block}  # fmt: skip
-        value = {"schema": t.value_schema(self.prefix), "payload": payload}
-        key_payload = {c.name: c.encode(row.get(c.name)) for c in t.columns if c.name in t.key}
-        key_doc = {"schema": t.key_schema(self.prefix), "payload": key_payload}
-        raw_key = _dumps(key_doc)
+        if self.schema_dir is not None:
+            raw_value, raw_key = self._avro(t, payload, before, after, row)
+        else:
+            value = {"schema": t.value_schema(self.prefix), "payload": payload}
+            key_payload = {c.name: c.encode(row.get(c.name)) for c in t.columns if c.name in t.key}
+            key_doc = {"schema": t.key_schema(self.prefix), "payload": key_payload}
+            raw_key, raw_value = _dumps(key_doc), _dumps(value)
         topic = self.topic(t.name)
         part = t.partition(key)
-        self.pending.setdefault(topic, []).append((part, raw_key, _dumps(value), None))
+        self.pending.setdefault(topic, []).append((part, raw_key, raw_value, None))
         if op == "d":
             self.pending[topic].append((part, raw_key, None, None))
+
+    def _avro(
+        self, t: SourceTable, payload: dict, before: dict | None, after: dict | None, row: dict
+    ) -> tuple[bytes, bytes]:
+        record = {**payload, "before": t.avro_row(before), "after": t.avro_row(after)}
+        key = {c.name: row.get(c.name) for c in t.columns if c.name in t.key}
+        return (
+            self._framed(t.value_avro_schema(self.prefix), record),
+            self._framed(t.key_avro_schema(self.prefix), key),
+        )
+
+    def _framed(self, schema: dict[str, Any], obj: dict[str, Any]) -> bytes:
+        import io as _io
+
+        import fastavro
+
+        assert self.schema_dir is not None
+        text = json.dumps(schema, sort_keys=True)
+        schema_id = self.schema_ids.get(text)
+        if schema_id is None:
+            schema_id = self.schema_ids[text] = len(self.schema_ids) + 1
+            self.schema_dir.mkdir(parents=True, exist_ok=True)
+            (self.schema_dir / f"{schema_id}.avsc").write_text(text)
+        out = _io.BytesIO()
+        out.write(b"\x00" + schema_id.to_bytes(4, "big"))
+        fastavro.schemaless_writer(out, fastavro.parse_schema(json.loads(text)), obj)
+        return out.getvalue()
 
     def _markers(self, txn: Transaction, counts: Mapping[str, int]) -> None:
         topic = self.transaction_topic

@@ -38,6 +38,8 @@ def many_config(
     transaction_topic: str | None = None,
     transaction_timeout: str | None = None,
 ) -> CalvingConfig:
+    """The pipeline config replicating ``db`` (its Avro schemas from ``db.schema_dir``
+    when it writes Avro)."""
     pattern = rf"{db.prefix}\.(shop|inventory)\..*"
     doc: dict[str, Any] = {
         "source": {
@@ -46,7 +48,11 @@ def many_config(
             "starting_offsets": "earliest",
             "max_offsets_per_trigger": max_offsets,
         },
-        "format": {"type": "debezium-json"},
+        "format": (
+            {"type": "debezium-avro", "key_format": "avro", "schema_dir": str(db.schema_dir)}
+            if db.schema_dir is not None
+            else {"type": "debezium-json"}
+        ),
         "table": {
             "catalog": catalog,
             "warehouse": str(warehouse),

@@ -27,7 +27,14 @@ from calving.commit.table.table import Table, create_table
 from calving.ingest.catalogs import config_schema
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.table import TableConfig, build_spec
-from calving.ingest.decode.connect_schema import ConnectSchemaError, table_schema_from_json
+from calving.ingest.decode.avro_confluent import ConfluentAvroReader
+from calving.ingest.decode.batch import Reject
+from calving.ingest.decode.connect_schema import (
+    ConnectSchemaError,
+    table_schema_from_avro,
+    table_schema_from_json,
+)
+from calving.ingest.decode.schema_registry import SchemaSource
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.range_reader import read_range
@@ -48,19 +55,26 @@ class FirstEvent:
     source: Mapping[str, Any] | None
     #: The records read (key and value), for inference when no schema travels.
     sample: pa.Table
+    #: How the schemas are written: the JSON converter's (json) or Avro writer schemas.
+    schema_kind: str = "json"
 
 
 def first_event(
-    options: KafkaSourceOptions, ranges: Iterable[OffsetRange], limit: int = FIRST_EVENT_LIMIT
+    options: KafkaSourceOptions,
+    ranges: Iterable[OffsetRange],
+    schemas: SchemaSource | None = None,
+    limit: int = FIRST_EVENT_LIMIT,
 ) -> FirstEvent | None:
-    """The first record with a JSON value in ``ranges``, parsed; None if there is none
-    (only tombstones so far)."""
+    """The first change event (a JSON value, or Confluent Avro read with ``schemas``) in
+    ``ranges``, parsed; None if there is none (only tombstones so far)."""
     schema = kafka_arrow_schema(options.include_headers)
     seen: list[pa.RecordBatch] = []
     for span in ranges:
         for rb in read_range(options, span, schema):
             seen.append(rb.select(["key", "value"]))
             for key, value in zip(rb.column("key").to_pylist(), rb.column("value").to_pylist()):
+                if schemas is not None and value is not None and value[:1] == b"\x00":
+                    return _avro_event(span.topic, value, key, schemas, pa.Table.from_batches(seen))
                 doc = _json(value)
                 if isinstance(doc, dict):
                     sample = pa.Table.from_batches(seen)
@@ -81,6 +95,26 @@ def _parsed(topic: str, value: dict[str, Any], key: Any, sample: pa.Table) -> Fi
         key.get("schema") if key_wrapped else None,
         source if isinstance(source, dict) else None,
         sample,
+    )
+
+
+def _avro_event(
+    topic: str, value: bytes, key: bytes | None, schemas: SchemaSource, sample: pa.Table
+) -> FirstEvent:
+    reader = ConfluentAvroReader(schemas)
+    try:
+        writer, obj = reader.read(value)
+        key_writer = reader.read(key, "key")[0] if key and key[:1] == b"\x00" else None
+    except Reject as err:
+        raise SchemaError(f"topic {topic}: its first change event does not decode: {err}") from None
+    source = obj.get("source") if isinstance(obj, dict) else None
+    return FirstEvent(
+        topic,
+        writer.raw,
+        key_writer.raw if key_writer is not None else None,
+        source if isinstance(source, dict) else None,
+        sample,
+        "avro",
     )
 
 
@@ -133,7 +167,10 @@ def new_table_schema(
         )
         return config_schema(cfg, event.sample, fmt)
     try:
-        derived = table_schema_from_json(event.value_schema, event.key_schema)
+        if event.schema_kind == "avro":
+            derived = table_schema_from_avro(event.value_schema, event.key_schema)
+        else:
+            derived = table_schema_from_json(event.value_schema, event.key_schema)
     except ConnectSchemaError as err:
         raise SchemaError(f"table {route.name} (topic {route.topic}): {err}") from None
     for note in derived.notes:

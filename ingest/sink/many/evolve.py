@@ -16,9 +16,14 @@ import json
 import logging
 from dataclasses import dataclass
 
+from calving.commit.errors import CalvingError
 from calving.commit.spec.schema import Schema
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
-from calving.ingest.decode.connect_schema import ConnectSchemaError, table_schema_from_json
+from calving.ingest.decode.connect_schema import (
+    ConnectSchemaError,
+    table_schema_from_avro,
+    table_schema_from_json,
+)
 from calving.ingest.decode.schema_changes import (
     AddedColumn,
     DroppedColumn,
@@ -27,6 +32,8 @@ from calving.ingest.decode.schema_changes import (
     WidenedType,
     classify_changes,
 )
+from calving.ingest.decode.schema_registry import SchemaSource
+from calving.ingest.sink.many.tasks import AVRO_SCHEMA_ID
 
 log = logging.getLogger("calving.many.evolve")
 
@@ -38,15 +45,18 @@ class Evolution:
     stopped: str | None = None
 
 
-def evolution(table: str, current: Schema, schema_texts: list[str]) -> Evolution:
-    """What ``table`` (now ``current``) must do for the value schemas seen, in order."""
+def evolution(
+    table: str, current: Schema, schema_texts: list[str], source: SchemaSource | None = None
+) -> Evolution:
+    """What ``table`` (now ``current``) must do for the value schemas seen, in order:
+    JSON-converter schemas, or Avro writer schema ids (read from ``source``)."""
     add: dict[str, AddColumn] = {}
     promote: dict[str, WidenedType] = {}
     optional: list[str] = []
     for text in schema_texts:
         try:
-            seen = table_schema_from_json(json.loads(text)).schema
-        except (ConnectSchemaError, ValueError) as err:
+            seen = _seen_schema(text, source)
+        except (ConnectSchemaError, ValueError, CalvingError) as err:
             return Evolution(stopped=f"table {table}: unreadable change-event schema: {err}")
         changes = classify_changes(table, current, _with_keys(seen, current))
         if changes.incompatible:
@@ -61,6 +71,15 @@ def evolution(table: str, current: Schema, schema_texts: list[str]) -> Evolution
         make_optional=tuple(dict.fromkeys(optional)),
     )
     return Evolution(update=update)
+
+
+def _seen_schema(text: str, source: SchemaSource | None) -> Schema:
+    if text.startswith(AVRO_SCHEMA_ID):
+        if source is None:
+            raise ConnectSchemaError("an Avro event, and the format has no schema source")
+        writer = source.schema_text(int(text[len(AVRO_SCHEMA_ID) :]))
+        return table_schema_from_avro(json.loads(writer)).schema
+    return table_schema_from_json(json.loads(text)).schema
 
 
 def _with_keys(seen: Schema, current: Schema) -> Schema:

@@ -329,7 +329,7 @@ class ManyTablesSink:
             outcome = self.router.route(topic)
             event = None
             if isinstance(outcome, NeedsSource | Route):
-                event = first_event(self.source_options, ranges)
+                event = first_event(self.source_options, ranges, self.format.schema_source())
                 if event is None:
                     log.info("topic %s: no change event yet (only tombstones); waiting", topic)
                     continue
@@ -481,7 +481,8 @@ class ManyTablesSink:
             texts = sorted({m.schema for m in ms if isinstance(m, SchemaSeen)})
             if not texts or routed.stopped is not None:
                 continue
-            change = evolution(name, routed.table.refresh().metadata.schema, texts)
+            schema = routed.table.refresh().metadata.schema
+            change = evolution(name, schema, texts, self.format.schema_source())
             if change.stopped is not None:
                 routed.stopped = change.stopped
                 log.error("%s; its records go to the dead-letter destination", change.stopped)

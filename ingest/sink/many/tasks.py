@@ -44,6 +44,8 @@ from calving.ingest.sink.messages import (
     range_messages,
 )
 
+#: ``SchemaSeen`` text of a Confluent Avro value: this prefix and the writer schema id.
+AVRO_SCHEMA_ID = "avro-schema-id:"
 #: At most this many distinct schema texts are remembered per task and table.
 _MAX_SCHEMAS = 64
 
@@ -63,8 +65,9 @@ class TablePlan:
 
 
 class SchemaSniffer:
-    """The distinct value schemas (canonical JSON text) of Kafka Connect JSON-converter
-    events: ``{"schema": {...}, "payload": {...}}``. The converter writes ``schema``
+    """The distinct value schemas of change events: the writer schema id of Confluent
+    Avro values (``AVRO_SCHEMA_ID``), or the canonical JSON text of Kafka Connect
+    JSON-converter events: ``{"schema": {...}, "payload": {...}}``. The converter writes ``schema``
     first, so each record's bytes up to ``"payload"`` are compared and only a prefix not
     seen before is parsed; a record whose prefix does not parse is parsed whole."""
 
@@ -75,6 +78,9 @@ class SchemaSniffer:
     def add(self, values: Iterable[bytes | None]) -> None:
         for value in values:
             if value is None:
+                continue
+            if value[:1] == b"\x00" and len(value) >= 5:  # Confluent Avro: the schema id
+                self.schemas.add(f"{AVRO_SCHEMA_ID}{int.from_bytes(value[1:5], 'big')}")
                 continue
             cut = value.find(b'"payload"')
             prefix = value[:cut] if cut > 0 else value

@@ -1,8 +1,10 @@
-"""Whole-database CDC end to end: a source database's Debezium JSON topics (schemas in
-the events) -> one pipeline, many tables, created on first sight, evolved with their
+"""Whole-database CDC end to end: a source database's Debezium topics (JSON with schemas
+in the events, or Confluent Avro with writer schemas) -> one pipeline, many tables, created on first sight, evolved with their
 source, each read back exactly by pyiceberg, DuckDB and pyiceberg-core."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -30,8 +32,8 @@ pytestmark = pytest.mark.integration
 PLAIN = tuple(f"t{i:02d}" for i in range(3, 10))
 
 
-def _database() -> tuple[SourceDatabase, ShopWorkload]:
-    db = SourceDatabase(prefix=unique_name("db"))
+def _database(fmt: str, schema_dir: Path) -> tuple[SourceDatabase, ShopWorkload]:
+    db = SourceDatabase(prefix=unique_name("db"), schema_dir=schema_dir if fmt == "avro" else None)
     for t in shop_tables(partitions=2):
         db.add_table(t)
     for name in PLAIN:
@@ -47,10 +49,11 @@ def _rows(table: Table) -> list[dict]:
     return data.to_pylist()
 
 
+@pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_a_database_replicates_into_tables_created_and_evolved_on_the_fly(
-    spark, broker, sqlite_catalog, tmp_path
+    fmt, spark, broker, sqlite_catalog, tmp_path
 ):
-    db, work = _database()
+    db, work = _database(fmt, tmp_path / "schemas")
     create_topics(broker, db)
     for _ in work.steps(150):
         pass

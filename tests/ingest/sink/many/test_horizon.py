@@ -1,0 +1,102 @@
+"""The pure parts of source-transaction boundaries: transaction ids read from event
+bytes, END markers, where a task stops, and the horizon a batch may commit."""
+
+from __future__ import annotations
+
+import json
+
+from calving.ingest.sink.many.tasks import SchemaSniffer
+from calving.ingest.sink.many.transactions import (
+    EndMarker,
+    RunBuilder,
+    TransactionScope,
+    end_marker,
+    horizon,
+    transaction_ids,
+)
+
+EVENT = (
+    b'{"schema":{"type":"struct","fields":[{"field":"transaction","name":"event.block"}]},'
+    b'"payload":{"op":"c","after":{"id":1},"transaction":{"id":"571:5342\\"x","total_order":1,'
+    b'"data_collection_order":1}}}'
+)
+
+
+def test_transaction_ids_from_bytes_with_fallbacks():
+    spaced = json.dumps({"payload": {"op": "u", "transaction": {"id": "9:1"}}}).encode()
+    plain = b'{"op":"c","transaction":null}'
+    assert transaction_ids([EVENT, None, plain, spaced, b"{}"]) == [
+        '571:5342"x',
+        None,
+        None,
+        "9:1",
+        None,
+    ]
+
+
+def test_end_markers_with_or_without_the_schema_wrapper():
+    end = {"status": "END", "id": "7:1", "event_count": 3,
+           "data_collections": [{"data_collection": "s.a", "event_count": 2},
+                                {"data_collection": "s.b", "event_count": 1}]}  # fmt: skip
+    assert end_marker(4, json.dumps(end).encode()) == EndMarker("7:1", 4, {"s.a": 2, "s.b": 1})
+    wrapped = json.dumps({"schema": {}, "payload": end}).encode()
+    assert end_marker(5, wrapped) == EndMarker("7:1", 5, {"s.a": 2, "s.b": 1})
+    assert end_marker(6, b'{"status":"BEGIN","id":"8:1"}') is None
+    assert end_marker(7, b"not json") is None and end_marker(8, None) is None
+
+
+def test_a_task_stops_at_the_first_event_of_an_unended_transaction():
+    scope = TransactionScope(ended=frozenset({"a", "b"}))
+    assert scope.cut(("t", 0), [10, 11, 12, 13], ["a", None, "c", "b"]) == 2
+    assert TransactionScope(everything=True).cut(("t", 0), [1, 2], ["x", "y"]) == 2
+    cuts = TransactionScope(cuts={("t", 0): 12})
+    assert cuts.cut(("t", 0), [10, 11, 12], ["a", "a", "b"]) == 2
+    assert cuts.cut(("u", 0), [10], ["a"]) == 0
+
+
+def _runs(*records: tuple[str, int, int, str | None]):
+    b = RunBuilder()
+    for topic, partition, offset, txid in records:
+        b.add((topic, partition), [offset], [txid])
+    return b.message().runs
+
+
+def test_the_horizon_is_the_longest_prefix_of_complete_transactions():
+    pending = [
+        EndMarker("t1", 0, {"shop.orders": 1, "shop.lines": 2}),
+        EndMarker("t2", 1, {"shop.orders": 1, "shop.lines": 1}),
+        EndMarker("t3", 2, {"shop.orders": 1}),
+    ]
+    runs = _runs(
+        ("p.shop.orders", 0, 0, "t1"),
+        ("p.shop.lines", 0, 0, "t1"),
+        ("p.shop.lines", 1, 0, "t1"),
+        ("p.shop.orders", 0, 1, "t2"),  # t2's line has not been read yet
+        ("p.shop.orders", 0, 2, "t3"),
+        ("p.shop.lines", 0, 1, None),  # a snapshot read after t1: committed with it
+    )
+
+    def topic(name: str) -> str:
+        return f"p.{name}"
+
+    starts = {("p.shop.orders", 0): 0, ("p.shop.lines", 0): 0, ("p.shop.lines", 1): 0}
+    h = horizon(pending, runs, starts, topic)
+    assert h.included == {"t1"} and h.last == pending[0] and h.blocked_by == "t2"
+    assert h.cuts == {("p.shop.orders", 0): 1, ("p.shop.lines", 0): 2, ("p.shop.lines", 1): 1}
+    # Tables the pipeline does not replicate are not waited for.
+    h = horizon(pending, runs, starts, lambda name: None if name == "shop.lines" else topic(name))
+    assert h.included == {"t1", "t2", "t3"} and h.cuts[("p.shop.orders", 0)] == 3
+
+
+def test_runs_merge_consecutive_events_of_one_transaction():
+    b = RunBuilder()
+    b.add(("t", 0), [5, 6, 7, 9], ["a", "a", None, None])
+    assert b.message().runs == (("t", 0, "a", 5, 6, 2), ("t", 0, None, 7, 9, 2))
+
+
+def test_the_sniffer_reports_each_schema_once_and_avro_ids():
+    sniffer = SchemaSniffer()
+    other = EVENT.replace(b'"type":"struct"', b'"type":"struct","optional":false')
+    sniffer.add([EVENT, EVENT, None, other, b"\x00\x00\x00\x00\x07rest"])
+    texts = [m.schema for m in sniffer.messages()]
+    assert len(texts) == 3 and "avro-schema-id:7" in texts

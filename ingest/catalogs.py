@@ -382,14 +382,14 @@ def sample_objects(
     )
     out = []
     for raw, key in zip(values, keys):
-        obj = _json(raw)
+        obj = json_or_none(raw)
         if envelope == "debezium" and isinstance(obj, dict):
             if "payload" in obj and "schema" in obj:
                 obj = obj["payload"]
             op = obj.get("op") if isinstance(obj, dict) else None
             obj = obj.get("after") if op in ("c", "r", "u") and isinstance(obj, dict) else None
         elif envelope == "upsert" and isinstance(obj, dict):
-            key_obj = _json(key)
+            key_obj = json_or_none(key)
             if isinstance(key_obj, dict):
                 obj = {**key_obj, **obj}
             elif key_obj is not None and len(identifier_fields) == 1:
@@ -399,7 +399,8 @@ def sample_objects(
     return out
 
 
-def _json(raw: Any) -> Any:
+def json_or_none(raw: Any) -> Any:
+    """Kafka bytes parsed as JSON, or None (absent, not JSON, not UTF-8)."""
     if raw is None:
         return None
     try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -168,6 +169,25 @@ def _connect_annotations(struct_schema: Any) -> dict[str, FieldAnnotation]:
     return out
 
 
+def _schema_notes(prefix: bytes) -> dict[str, dict[str, FieldAnnotation]] | None:
+    """The annotations of ``before`` and ``after`` from the bytes ``{"schema": {...},``
+    of a JSON-converter event; None if they are not exactly that."""
+    head = prefix.rstrip()
+    if not head.endswith(b","):
+        return None
+    try:
+        doc = json.loads(head[:-1] + b"}")
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or set(doc) != {"schema"}:
+        return None
+    schema = doc["schema"]
+    return {
+        part: _connect_annotations(_envelope_field_schema(schema, part))
+        for part in ("before", "after")
+    }
+
+
 def _envelope_field_schema(schema: Any, name: str) -> Any:
     if isinstance(schema, dict):
         for f in schema.get("fields") or ():
@@ -200,6 +220,8 @@ class DebeziumDecoder:
             if isinstance(f.field_type, PrimitiveType) and f.field_type.name == "decimal"
         }
         self._avro_notes: dict[tuple[int, str], dict[str, FieldAnnotation]] = {}
+        #: Schema bytes of JSON-converter events -> their envelope parts' annotations.
+        self._json_notes: dict[bytes, dict[str, dict[str, FieldAnnotation]]] = {}
         self.vector: DebeziumVectorReader | None = None
         if (
             self.options.vectorized
@@ -281,6 +303,9 @@ class DebeziumDecoder:
                 return found
 
             return value, avro_notes
+        wrapped = self._wrapped(raw)
+        if wrapped is not None:
+            return wrapped
         doc = parse_json(raw, self._exact)
         if not isinstance(doc, dict):
             raise Reject(MalformedRecordError, f"expected a JSON object, got {json_type_name(doc)}")
@@ -294,6 +319,31 @@ class DebeziumDecoder:
 
             return payload, json_notes
         return doc, lambda part: None
+
+    def _wrapped(self, raw: bytes) -> tuple[dict | None, Any] | None:
+        """A JSON-converter event ``{"schema": ..., "payload": ...}`` read without parsing
+        its schema again: the bytes before ``"payload"`` are the schema, parsed (and its
+        annotations built) once per distinct text; only the payload is parsed per event.
+        None: not in that shape, parse the whole record."""
+        cut = raw.find(b'"payload":')
+        end = raw.rfind(b"}")
+        if cut <= 0 or end <= cut:
+            return None
+        prefix = raw[:cut]
+        notes = self._json_notes.get(prefix)
+        if notes is None:
+            notes = _schema_notes(prefix)
+            if notes is None:
+                return None
+            if len(self._json_notes) < 256:
+                self._json_notes[prefix] = notes
+        try:
+            payload = parse_json(raw[cut + 10 : end], self._exact)
+        except Reject:
+            return None  # the whole record decides (and explains) what is wrong
+        if payload is not None and not isinstance(payload, dict):
+            raise Reject(MalformedRecordError, "Debezium 'payload' is not an object")
+        return payload, notes.get
 
     def _key_row(self, key: bytes | None, why: str) -> list:
         if key is None:

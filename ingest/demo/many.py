@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +28,7 @@ from calving.ingest.demo.database import (
     plain_table,
     shop_tables,
 )
+from calving.ingest.demo.streaming import stream_while_producing
 from calving.ingest.demo.verify import (
     ReadBack,
     compare,
@@ -195,41 +195,22 @@ def _stream(
     """Produce while the stream runs; return end offsets once every table's ledger
     reached them."""
     ends: dict[str, dict[int, int]] = {}
-    failure: list[BaseException] = []
 
     def producer() -> None:
-        try:
-            left = opts.transactions
-            while left > 0:
-                n = min(opts.chunk, left)
-                for _ in work.steps(n):
-                    pass
-                left -= n
-                for topic, records in db.take_records().items():
-                    ends.setdefault(topic, {}).update(produce(bootstrap, topic, records))
-                time.sleep(opts.pace)
-        except Exception as exc:  # noqa: BLE001 - re-raised by the main thread
-            failure.append(exc)
+        left = opts.transactions
+        while left > 0:
+            n = min(opts.chunk, left)
+            for _ in work.steps(n):
+                pass
+            left -= n
+            for topic, records in db.take_records().items():
+                ends.setdefault(topic, {}).update(produce(bootstrap, topic, records))
+            time.sleep(opts.pace)
 
-    thread = threading.Thread(target=producer, name="demo-producer", daemon=True)
-    query = pipeline.start()
-    thread.start()
-    deadline = time.monotonic() + opts.timeout
-    try:
-        while True:
-            if failure:
-                raise CalvingError(f"the demo producer failed: {failure[0]}") from failure[0]
-            if query.exception() is not None:
-                raise CalvingError(f"the stream failed: {query.exception()}")
-            if not thread.is_alive() and _caught_up(sink, db, ends):
-                return ends
-            if time.monotonic() > deadline:
-                raise CalvingError(f"the demo did not finish within {opts.timeout:.0f}s")
-            time.sleep(0.5)
-    finally:
-        if query.isActive:
-            query.stop()
-        sink.close()
+    stream_while_producing(
+        pipeline, producer, lambda: _caught_up(sink, db, ends), opts.timeout, poll=0.5
+    )
+    return ends
 
 
 def _caught_up(sink: ManyTablesSink, db: SourceDatabase, ends: dict[str, dict[int, int]]) -> bool:

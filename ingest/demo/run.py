@@ -10,7 +10,6 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from calving.commit.errors import CalvingError
 from calving.ingest.config.loader import parse_config
 from calving.ingest.demo.generator import COLUMN_NAMES, COLUMNS, CdcGenerator, ChangeStream
 from calving.ingest.demo.progress import Progress
+from calving.ingest.demo.streaming import stream_while_producing
 from calving.ingest.demo.verify import (
     ReadBack,
     compare,
@@ -156,39 +156,18 @@ def _stream(
     """Produce in a background thread while the stream runs; return the end offsets once
     the table's ledger has reached them."""
     ends: dict[int, int] = {}
-    failure: list[BaseException] = []
 
     def producer() -> None:
-        try:
-            for chunk in generator.chunks(opts.chunk):
-                ends.update(produce(bootstrap, topic, chunk))
-                progress.produced(len(chunk))
-        except Exception as exc:  # noqa: BLE001 - re-raised by the main thread
-            failure.append(exc)
+        for chunk in generator.chunks(opts.chunk):
+            ends.update(produce(bootstrap, topic, chunk))
+            progress.produced(len(chunk))
 
-    thread = threading.Thread(target=producer, name="demo-producer", daemon=True)
-    query = pipeline.start()
-    thread.start()
-    deadline = time.monotonic() + opts.timeout
-    try:
-        while True:
-            progress.draw()
-            if failure:
-                raise CalvingError(f"the demo producer failed: {failure[0]}") from failure[0]
-            if query.exception() is not None:
-                raise CalvingError(f"the stream failed: {query.exception()}")
-            if not thread.is_alive():
-                target = {(topic, p): e for p, e in ends.items()}
-                pipeline.one_table.refresh()
-                if pipeline.one_table.ledger(WRITER_ID) == target:
-                    return dict(ends)
-            if time.monotonic() > deadline:
-                raise CalvingError(f"the demo did not finish within {opts.timeout:.0f}s")
-            time.sleep(0.25)
-    finally:
-        if query.isActive:
-            query.stop()
-        pipeline.sink.close()
+    def caught_up() -> bool:
+        target = {(topic, p): e for p, e in ends.items()}
+        return pipeline.one_table.refresh().ledger(WRITER_ID) == target
+
+    stream_while_producing(pipeline, producer, caught_up, opts.timeout, progress.draw)
+    return dict(ends)
 
 
 def _check(

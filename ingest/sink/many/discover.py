@@ -11,7 +11,6 @@ section; with no schema in the events, the schema is inferred from the records r
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -24,7 +23,7 @@ from calving.commit.errors import NoSuchTableError, SchemaError, TableAlreadyExi
 from calving.commit.io import FileIO
 from calving.commit.spec.schema import Schema
 from calving.commit.table.table import Table, create_table
-from calving.ingest.catalogs import config_schema
+from calving.ingest.catalogs import config_schema, json_or_none
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.table import TableConfig, build_spec
 from calving.ingest.decode.avro_confluent import ConfluentAvroReader
@@ -75,10 +74,10 @@ def first_event(
             for key, value in zip(rb.column("key").to_pylist(), rb.column("value").to_pylist()):
                 if schemas is not None and value is not None and value[:1] == b"\x00":
                     return _avro_event(span.topic, value, key, schemas, pa.Table.from_batches(seen))
-                doc = _json(value)
+                doc = json_or_none(value)
                 if isinstance(doc, dict):
                     sample = pa.Table.from_batches(seen)
-                    return _parsed(span.topic, doc, _json(key), sample)
+                    return _parsed(span.topic, doc, json_or_none(key), sample)
             if sum(b.num_rows for b in seen) >= limit:
                 return None
     return None
@@ -116,15 +115,6 @@ def _avro_event(
         sample,
         "avro",
     )
-
-
-def _json(raw: bytes | None) -> Any:
-    if raw is None:
-        return None
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
 
 
 def open_routed_table(
@@ -201,7 +191,7 @@ def with_identifier_fields(table: str, schema: Schema, names: tuple[str, ...]) -
 def _key_fields(event: FirstEvent) -> tuple[str, ...]:
     keys = event.sample.column("key").to_pylist()
     for raw in keys:
-        doc = _json(raw)
+        doc = json_or_none(raw)
         if isinstance(doc, dict):
             payload = doc.get("payload", doc) if "schema" in doc else doc
             if isinstance(payload, dict):

@@ -296,14 +296,8 @@ class ManyTablesSink:
                 batch_id,
                 len(again),
             )
-            sent: set[Coordinates] = set()
-            for name in again:
-                parsed = ParsedMessages.of(messages.pop(name))
-                sent |= parsed.dead_letters_sent
-                _forget(self.tables[name].table, parsed)
-            redo = {t: s for t, s in spans.items() if _name(self._routed_table(t)) in again}
             cut = TransactionScope(cuts=bound.cuts)
-            messages.update(self._write(spark, batch_id, redo, frozenset(sent), scope=cut))
+            self._write_again(spark, batch_id, spans, messages, again, cut)
         return bound, messages
 
     def _transaction_claim(
@@ -491,16 +485,28 @@ class ManyTablesSink:
                 routed.table.commit_or_raise(change.update)
                 log.info("table %s: schema evolved (%s)", name, _described(change.update))
                 again.add(name)
-        if not again:
-            return messages
+        if again:
+            self._write_again(spark, batch_id, spans, messages, again, scope)
+        return messages
+
+    def _write_again(
+        self,
+        spark: Any,
+        batch_id: int,
+        spans: Mapping[str, list[OffsetRange]],
+        messages: dict[str, list[Message]],
+        names: set[str],
+        scope: TransactionScope | None,
+    ) -> None:
+        """Drop the files ``names`` were written to in this batch and write them again
+        (in ``messages``); dead letters already sent to the topic are not sent twice."""
         sent: set[Coordinates] = set()
-        for name in again:
+        for name in names:
             parsed = ParsedMessages.of(messages.pop(name))
             sent |= parsed.dead_letters_sent
             _forget(self.tables[name].table, parsed)
-        redo = {t: s for t, s in spans.items() if _name(self._routed_table(t)) in again}
+        redo = {t: s for t, s in spans.items() if _name(self._routed_table(t)) in names}
         messages.update(self._write(spark, batch_id, redo, frozenset(sent), scope=scope))
-        return messages
 
     # ------------------------------------------------------------ 4. commit
 

@@ -378,6 +378,7 @@ class ManyTablesSink:
                 else:
                     groups.append([row])
         groups += joint.values()
+        groups = pack(groups, spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
         task = many_tables_task(plans, self.source_options)
         blobs = (
             spark.sparkContext.parallelize(groups, len(groups))
@@ -597,6 +598,25 @@ def _label_batch(prepared: Mapping[str, PreparedBatch]) -> None:
         if pb.action is not None:
             label = {BATCH_COMMIT: token, BATCH_TABLES: ",".join(names)}
             pb.action = replace(pb.action, summary={**pb.action.summary, **label})
+
+
+#: Tasks per core a batch's ranges are packed into: many small topics share tasks (a
+#: task per topic-partition costs more than its records when tables are many).
+TASKS_PER_CORE = 2
+
+
+def pack(groups: list[list[RangeRow]], slots: int) -> list[list[RangeRow]]:
+    """``groups`` (each kept whole) packed into at most ``slots`` tasks of about equal
+    record counts (largest first, each into the lightest task)."""
+    if len(groups) <= slots:
+        return groups
+    bins: list[list[RangeRow]] = [[] for _ in range(max(1, slots))]
+    weights = [0] * len(bins)
+    for group in sorted(groups, key=lambda g: -sum(r[3] - r[2] for r in g)):
+        i = weights.index(min(weights))
+        bins[i].extend(group)
+        weights[i] += sum(r[3] - r[2] for r in group)
+    return bins
 
 
 def _check_done(outcome: CommitOutcome, what: str) -> None:

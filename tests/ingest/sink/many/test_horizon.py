@@ -100,3 +100,16 @@ def test_the_sniffer_reports_each_schema_once_and_avro_ids():
     sniffer.add([EVENT, EVENT, None, other, b"\x00\x00\x00\x00\x07rest"])
     texts = [m.schema for m in sniffer.messages()]
     assert len(texts) == 3 and "avro-schema-id:7" in texts
+
+
+def test_ranges_are_packed_into_few_tasks_keeping_groups_whole():
+    from calving.ingest.sink.many.sink import pack
+
+    groups = [[("a", 0, 0, 100)], [("b", 0, 0, 10)], [("c", 0, 0, 60), ("c", 1, 0, 50)],
+              [("d", 0, 0, 30)], [("e", 0, 5, 5)]]  # fmt: skip
+    packed = pack(groups, 2)
+    assert len(packed) == 2
+    assert sorted(r for g in packed for r in g) == sorted(r for g in groups for r in g)
+    assert [sum(r[3] - r[2] for r in g) for g in packed] == [130, 120]
+    assert any(("c", 0, 0, 60) in g and ("c", 1, 0, 50) in g for g in packed)
+    assert pack(groups[:2], 4) == groups[:2]

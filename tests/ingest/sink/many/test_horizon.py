@@ -110,6 +110,6 @@ def test_ranges_are_packed_into_few_tasks_keeping_groups_whole():
     packed = pack(groups, 2)
     assert len(packed) == 2
     assert sorted(r for g in packed for r in g) == sorted(r for g in groups for r in g)
-    assert [sum(r[3] - r[2] for r in g) for g in packed] == [130, 120]
+    assert sorted(sum(r[3] - r[2] for r in g) for g in packed) == [120, 130]
     assert any(("c", 0, 0, 60) in g and ("c", 1, 0, 50) in g for g in packed)
     assert pack(groups[:2], 4) == groups[:2]

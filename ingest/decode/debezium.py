@@ -169,6 +169,13 @@ def _connect_annotations(struct_schema: Any) -> dict[str, FieldAnnotation]:
     return out
 
 
+def _wrapped_first(values: Any) -> bool:
+    """True when the batch's first value is a JSON-converter event with its schema
+    (``{"schema": ...``): the vectorized reader takes only bare envelopes."""
+    first = next((v for v in values if v is not None), None)
+    return first is not None and first.lstrip()[:10] == b'{"schema":'
+
+
 def _schema_notes(prefix: bytes) -> dict[str, dict[str, FieldAnnotation]] | None:
     """The annotations of ``before`` and ``after`` from the bytes ``{"schema": {...},``
     of a JSON-converter event; None if they are not exactly that."""
@@ -242,7 +249,7 @@ class DebeziumDecoder:
         out = BatchAssembler(batch, self.converter, self.name)
         keys, values = batch.keys, batch.values
         rest: list[int] = list(range(batch.num_rows))
-        if self.vector is not None and batch.num_rows:
+        if self.vector is not None and batch.num_rows and not _wrapped_first(values):
             rest = self.vector.read(batch, out).tolist()
         for i in rest:
             raw = values[i]

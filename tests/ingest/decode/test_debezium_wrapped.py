@@ -55,3 +55,11 @@ def test_other_shapes_and_broken_payloads_take_the_whole_record_path():
     assert len(data_rows(out)) == 1 and data_rows(out)[0]["total"] == Decimal("12.50")
     dead = out.dead_letters.to_pylist()
     assert len(dead) == 1 and "invalid JSON" in dead[0]["error"]
+
+
+def test_the_vectorized_decoder_hands_wrapped_events_to_the_schema_cache():
+    events = [_event(i) for i in range(1, 30)]
+    batch = kafka_batch([v for v, _ in events], [k for _, k in events])
+    fast, slow = _decoder(vectorized=True), _decoder()
+    assert data_rows(fast.decode(batch)) == data_rows(slow.decode(batch))
+    assert len(fast._json_notes) == 1

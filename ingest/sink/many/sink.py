@@ -112,6 +112,8 @@ class ManyBatchStats:
     #: and the records left for a later batch (behind an incomplete transaction).
     transaction: str | None = None
     held_back: int = 0
+    #: Seconds the batch spent routing, writing (tasks) and committing (driver).
+    phases: dict[str, float] = field(default_factory=dict)
 
     @property
     def records(self) -> int:
@@ -211,25 +213,36 @@ class ManyTablesSink:
         if self.transactions is not None:
             spans, scope = self._transaction_ranges(spans)
         self._route(spans)
+        routed = time.monotonic()
         live = {t: s for t, s in spans.items() if self._routed_table(t) is not None}
         messages = self._write(spark, batch_id, live, scope=scope)
         messages = self._evolve_and_rewrite(spark, batch_id, live, messages, scope)
         bound = None
         if self.transactions is not None and scope is not None:
             bound, messages = self._within_horizon(spark, batch_id, live, messages, scope)
+        written = time.monotonic()
         parsed = {name: ParsedMessages.of(ms) for name, ms in messages.items()}
         stats = self._commit(batch_id, parsed, self._transaction_claim(bound, scope))
         if self.transactions is not None and scope is not None and bound is not None:
             read = {(r.topic, r.partition): r.end for rs in spans.values() for r in rs}
             self.transactions.committed(bound, scope, read)
             stats.held_back = self.transactions.held_back()
+        stats.phases = {
+            "route": routed - started,
+            "write": written - routed,
+            "commit": time.monotonic() - written,
+        }
         log.info(
-            "batch %d: %d record(s) into %d table(s) (%s) in %.2fs, commit %.3fs",
+            "batch %d: %d record(s) into %d table(s) (%s) in %.2fs (route %.2fs, write %.2fs, "
+            "commit %.2fs of which the catalog swap %.3fs)",
             batch_id,
             stats.records,
             len(stats.committed),
             "one catalog transaction" if stats.atomic else "table by table",
             time.monotonic() - started,
+            stats.phases["route"],
+            stats.phases["write"],
+            stats.phases["commit"],
             stats.commit_seconds,
         )
         self.history.append(stats)

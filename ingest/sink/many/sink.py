@@ -92,6 +92,9 @@ class RoutedTable:
     #: Why the table is stopped (an incompatible source schema change), if it is.
     stopped: str | None = None
     decoder: tuple[int, Any] | None = None
+    #: Value schemas (``SchemaSeen`` texts) that need no change, with the table schema id
+    #: they were checked against: a steady stream reports the same ones every batch.
+    settled: dict[str, int] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -486,11 +489,17 @@ class ManyTablesSink:
         again: set[str] = set()
         for name, ms in messages.items():
             routed = self.tables[name]
-            texts = sorted({m.schema for m in ms if isinstance(m, SchemaSeen)})
+            # The schema the batch's files were written with (``_plan`` refreshed it).
+            schema = routed.table.metadata.schema
+            texts = sorted(
+                {m.schema for m in ms if isinstance(m, SchemaSeen)}
+                - {t for t, sid in routed.settled.items() if sid == schema.schema_id}
+            )
             if not texts or routed.stopped is not None:
                 continue
-            schema = routed.table.refresh().metadata.schema
             change = evolution(name, schema, texts, self.format.schema_source())
+            if change.stopped is None and change.update is None:
+                routed.settled.update(dict.fromkeys(texts, schema.schema_id))
             if change.stopped is not None:
                 routed.stopped = change.stopped
                 log.error("%s; its records go to the dead-letter destination", change.stopped)

@@ -73,7 +73,8 @@ class FormatConfig:
     naive_timestamps_as_utc: bool = False
     #: Debezium only: how the connector encoded decimals (its decimal.handling.mode).
     decimal_handling_mode: Literal["precise", "string", "double"] = "precise"
-    #: json / debezium-json: Arrow's vectorized JSON reader for well-formed values.
+    #: Batch decoding: Arrow's JSON reader (json, debezium-json) or Avro read a batch at a
+    #: time (avro, debezium-avro) for the values it can take.
     vectorized: bool = True
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
@@ -136,10 +137,8 @@ def parse_format(s: Section) -> FormatConfig:
     if mode is not None and not debezium:
         s.fail("decimal_handling_mode", f'only applies to debezium-* formats, not "{kind}"')
     vectorized = s.raw("vectorized")
-    if vectorized is not None and kind not in ("json", "debezium-json"):
-        s.fail(
-            "vectorized", f'only applies to the "json" and "debezium-json" formats, not "{kind}"'
-        )
+    if vectorized is not None and kind == "upsert-json":
+        s.fail("vectorized", f'does not apply to the "{kind}" format')
     unit = s.string("epoch_unit", choices=_EPOCH_UNITS)
     if unit is None:
         # Debezium without a schema writes epoch integers; plain JSON must ask for them.
@@ -197,6 +196,7 @@ def build_decoder(fmt: FormatConfig, schema: Schema) -> Decoder:
                     case_insensitive=fmt.case_insensitive,
                     naive_timestamps_as_utc=fmt.naive_timestamps_as_utc,
                     epoch_unit=fmt.epoch_unit,
+                    vectorized=fmt.vectorized,
                 ),
             )
         if fmt.envelope == "debezium":

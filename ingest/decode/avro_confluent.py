@@ -17,8 +17,9 @@ from __future__ import annotations
 import io
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fastavro
 import pyarrow as pa
@@ -45,6 +46,9 @@ from calving.ingest.decode.coerce import (
 )
 from calving.ingest.decode.schema_registry import SchemaNotFoundError, SchemaSource
 
+if TYPE_CHECKING:
+    from calving.ingest.decode.avro_batch import AvroBatchReader
+
 MAGIC_BYTE = 0
 HEADER_SIZE = 5
 _NANOS_LOGICAL = frozenset({"timestamp-nanos", "local-timestamp-nanos"})
@@ -69,14 +73,16 @@ class WriterSchema:
     parsed: Any
     raw: Any
 
+    def record(self, field_name: str | None = None) -> Any:
+        """The top-level record schema, or the record inside its top-level field
+        ``field_name`` (e.g. Debezium's ``after``, which may name ``before``'s record)."""
+        if field_name is None:
+            return self.raw
+        return _record_of(_field_type(self.raw, field_name), _named_records(self.raw))
+
     def record_annotations(self, field_name: str | None = None) -> dict[str, FieldAnnotation]:
-        """Annotations of the top-level record's fields, or of the record inside the
-        top-level field ``field_name`` (e.g. Debezium's ``after``)."""
-        record = self.raw
-        if field_name is not None:
-            named = _named_records(self.raw)
-            record = _record_of(_field_type(record, field_name), named)
-        return record_annotations(record)
+        """Annotations of the fields of ``record(field_name)``."""
+        return record_annotations(self.record(field_name))
 
 
 def _named_records(
@@ -209,6 +215,8 @@ class AvroOptions:
     case_insensitive: bool = False
     naive_timestamps_as_utc: bool = False
     epoch_unit: EpochUnit | None = None
+    #: Decode in batches (``avro_batch``) where the writer schema allows it.
+    vectorized: bool = True
 
     def coercion(self) -> CoercionOptions:
         return CoercionOptions(
@@ -238,6 +246,11 @@ class ConfluentAvroDecoder:
         self.converter = RowConverter(schema, self.options.coercion())
         self.reader = ConfluentAvroReader(source)
         self._annotations: dict[int, dict[str, FieldAnnotation]] = {}
+        self.batch_reader: AvroBatchReader | None = None
+        if self.options.vectorized and not self.options.case_insensitive:
+            from calving.ingest.decode.avro_batch import AvroBatchReader  # it builds on this
+
+            self.batch_reader = AvroBatchReader(self.converter, self.reader)
 
     def __reduce__(self) -> tuple:
         # Compiled converters are closures; executors rebuild them from the arguments.
@@ -246,7 +259,11 @@ class ConfluentAvroDecoder:
     def decode(self, data: pa.Table | pa.RecordBatch) -> DecodedBatch:
         batch = KafkaBatch(data)
         out = BatchAssembler(batch, self.converter, self.name)
-        for i, raw in enumerate(batch.values):
+        rest: Iterable[int] = range(batch.num_rows)
+        if self.batch_reader is not None and batch.num_rows:
+            rest = self.batch_reader.read(batch, out)
+        for i in rest:
+            raw = batch.values[i]
             try:
                 if raw is None:
                     raise Reject(

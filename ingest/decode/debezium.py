@@ -37,6 +37,7 @@ import pyarrow as pa
 from calving.commit.errors import ConfigError
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import PrimitiveType
+from calving.ingest.decode.avro_batch import DebeziumAvroBatchReader
 from calving.ingest.decode.avro_confluent import (
     ConfluentAvroReader,
     FieldAnnotation,
@@ -238,6 +239,14 @@ class DebeziumDecoder:
         ):
             vector = DebeziumVectorReader(self.converter)
             self.vector = vector if vector.supported else None
+        self.avro_batch: DebeziumAvroBatchReader | None = None
+        if (
+            self.options.vectorized
+            and self.options.value_format == "avro"
+            and not self.options.case_insensitive
+            and self.reader is not None
+        ):
+            self.avro_batch = DebeziumAvroBatchReader(self.converter, self.reader)
 
     def __reduce__(self) -> tuple:
         # Compiled converters are closures; executors rebuild them from the arguments.
@@ -251,6 +260,8 @@ class DebeziumDecoder:
         rest: list[int] = list(range(batch.num_rows))
         if self.vector is not None and batch.num_rows and not _wrapped_first(values):
             rest = self.vector.read(batch, out).tolist()
+        elif self.avro_batch is not None and batch.num_rows:
+            rest = self.avro_batch.read(batch, out)
         for i in rest:
             raw = values[i]
             try:

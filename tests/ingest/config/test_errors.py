@@ -214,12 +214,7 @@ CASES = [
         "format.vectorized-not-json",
         cdc,
         [("format.type", "upsert-json"), ("format.vectorized", False)],
-        [
-            (
-                'format.vectorized: only applies to the "json" and "debezium-json" formats, '
-                'not "upsert-json"'
-            )
-        ],
+        ['format.vectorized: does not apply to the "upsert-json" format'],
     ),
     (
         "format.epoch_unit-choice",

@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "throughput": _lazy("tests.bench.throughput"),
     "freshness": _lazy("tests.bench.freshness"),
     "many_tables": _lazy("tests.bench.many_tables"),
+    "cost": _lazy("tests.bench.cost"),
 }
 
 

@@ -143,10 +143,10 @@ def measure(side: str, rate: int, seconds: float, trigger: str) -> Run:
     commits = streaming.CommitLog()
     if side == "calving":
         sink: Any = streaming.calving_sink(
-            catalogs.calving_table(streaming.JSON_SCHEMA), "json", commits
+            catalogs.calving_table(streaming.JSON_SCHEMA), "json", commits, env.root
         )
     else:
-        sink = streaming.pyiceberg_peer(catalogs, "json", commits, topic)
+        sink = streaming.pyiceberg_peer(catalogs, "json", commits, topic, env.root)
     query = streaming.start_stream(env, topic, sink, work / "ckpt", processing_time=trigger)
     try:
         _wait_started(query)

@@ -17,6 +17,7 @@ ledger and, for change streams, appends the change rows as a log (no merge by ke
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -38,6 +39,8 @@ from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import NestedField, PrimitiveType
 from calving.commit.table.table import Table, create_table
 from calving.ingest.decode import DebeziumDecoder, JsonValueDecoder
+from calving.ingest.decode.avro_confluent import ConfluentAvroDecoder
+from calving.ingest.decode.schema_registry import LocalSchemaDirectory
 from calving.ingest.kafka.producer import produce
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
@@ -72,6 +75,74 @@ def json_value(i: int, produced_at: float = 0.0) -> bytes:
             "produced_at": produced_at,
         }
     ).encode()
+
+
+#: The Avro append benchmarks' writer schema (id 1): the JSON values' five fields.
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "BenchRow",
+    "fields": [
+        {"name": "id", "type": "long"},
+        {"name": "name", "type": ["null", "string"]},
+        {"name": "amount", "type": ["null", "double"]},
+        {"name": "active", "type": ["null", "boolean"]},
+        {"name": "produced_at", "type": ["null", "double"]},
+    ],
+}
+AVRO_SCHEMA_ID = 1
+_PARSED_AVRO: Any = None
+
+
+def avro_value(i: int, produced_at: float = 0.0) -> bytes:
+    """The Confluent-framed Avro form of ``json_value(i)``."""
+    import io as _io
+    import struct
+
+    import fastavro
+
+    global _PARSED_AVRO
+    if _PARSED_AVRO is None:
+        _PARSED_AVRO = fastavro.parse_schema(AVRO_SCHEMA)
+    out = _io.BytesIO()
+    out.write(b"\x00" + struct.pack(">I", AVRO_SCHEMA_ID))
+    row = {
+        "id": i,
+        "name": f"customer-{i % 10_007:06d}",
+        "amount": (i % 100_000) * 0.25,
+        "active": i % 3 == 0,
+        "produced_at": produced_at,
+    }
+    fastavro.schemaless_writer(out, _PARSED_AVRO, row)
+    return out.getvalue()
+
+
+def schema_dir(root: Path) -> Path:
+    """A schema directory holding ``AVRO_SCHEMA`` as ``1.avsc``."""
+    path = root / "schemas"
+    path.mkdir(exist_ok=True)
+    (path / f"{AVRO_SCHEMA_ID}.avsc").write_text(json.dumps(AVRO_SCHEMA))
+    return path
+
+
+def appends(kind: str) -> bool:
+    """``json`` and ``avro`` append into ``JSON_SCHEMA``; ``debezium`` upserts into the
+    keyed ``CDC_SCHEMA``."""
+    return kind in ("json", "avro")
+
+
+def table_schema(kind: str) -> Schema:
+    return JSON_SCHEMA if appends(kind) else CDC_SCHEMA
+
+
+def decoder_factory(kind: str, root: Path) -> Callable[[Schema], Any]:
+    """Schema -> the benchmark's decoder of ``kind`` (picklable)."""
+    if kind == "json":
+        return JsonValueDecoder
+    if kind == "avro":
+        return functools.partial(
+            ConfluentAvroDecoder, source=LocalSchemaDirectory(schema_dir(root))
+        )
+    return DebeziumDecoder
 
 
 def log(what: str, msg: str) -> None:
@@ -127,10 +198,32 @@ def _start_broker(root: Path) -> Any:
     return EmbeddedBroker(log_path=root / "tansu.log").start()
 
 
+#: The benchmarks' Spark master: ``local[2]`` unless ``CALVING_BENCH_MASTER`` says otherwise
+#: (``local[1]``, or a standalone cluster's ``spark://`` URL, as ``tests.bench.cost`` sets).
+MASTER_ENV = "CALVING_BENCH_MASTER"
+#: Pids of a standalone cluster's daemons (comma-separated): their executors and Python
+#: workers are counted in the CPU figures.
+CLUSTER_PIDS_ENV = "CALVING_BENCH_CLUSTER_PIDS"
+
+
+def master() -> str:
+    return os.environ.get(MASTER_ENV, "local[2]")
+
+
 def _start_spark() -> Any:
     from tests.support.spark import local_session
 
-    return local_session("calving-bench")
+    url = master()
+    conf: dict[str, str] = {}
+    if url.startswith("spark://"):
+        # One single-core executor per worker; executors import the checkout (the peer's
+        # foreachBatch code lives in tests/).
+        conf = {
+            "spark.executor.cores": "1",
+            "spark.executor.memory": "768m",
+            "spark.executorEnv.PYTHONPATH": str(REPO_ROOT),
+        }
+    return local_session("calving-bench", url, conf)
 
 
 def new_topic(env: Env, partitions: int, prefix: str = "bench") -> str:
@@ -188,6 +281,8 @@ class CommitLog:
     done: threading.Event = field(default_factory=threading.Event)
     done_at: float | None = None
     first_batch_at: float | None = None
+    #: CPU seconds by process group when the sink was first called (``drain``).
+    cpu_at_first_batch: dict[str, float] | None = None
     started_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -216,24 +311,24 @@ class CommitLog:
             self.record({tp: (r.start, r.end) for tp, r in stats.ranges.items()})
 
 
-def calving_sink(table: Table, kind: str, commits: CommitLog) -> CalvingSink:
-    decoder = JsonValueDecoder if kind == "json" else DebeziumDecoder
+def calving_sink(table: Table, kind: str, commits: CommitLog, root: Path) -> CalvingSink:
     return CalvingSink(
-        table, decoder, f"bench-{uuid.uuid4().hex[:6]}", on_batch=commits.on_calving_batch
+        table,
+        decoder_factory(kind, root),
+        f"bench-{uuid.uuid4().hex[:6]}",
+        on_batch=commits.on_calving_batch,
     )
 
 
 class PyIcebergAppend:
     """``foreachBatch`` peer: decode on executors, ``toArrow()``, pyiceberg ``append``."""
 
-    def __init__(self, table: Any, kind: str, commits: CommitLog, topic: str) -> None:
+    def __init__(self, table: Any, kind: str, commits: CommitLog, topic: str, root: Path) -> None:
         self.table = table
         self.kind = kind
         self.topic = topic
         self.commits = commits
-        self.decoder = (JsonValueDecoder if kind == "json" else DebeziumDecoder)(
-            JSON_SCHEMA if kind == "json" else CDC_SCHEMA
-        )
+        self.decoder = decoder_factory(kind, root)(table_schema(kind))
         self.table_schema = table.schema().as_arrow()
         self.columns = list(self.table_schema.names)
 
@@ -243,14 +338,14 @@ class PyIcebergAppend:
         decoder, columns, kind = self.decoder, self.columns, self.kind
         stage = pa.schema(
             [*(self.table_schema.field(c) for c in columns if c != "op")]
-            + ([pa.field("op", pa.int32())] if kind != "json" else [])
+            + ([] if appends(kind) else [pa.field("op", pa.int32())])
             + [pa.field("_partition", pa.int32()), pa.field("_offset", pa.int64())]
         )
 
         def decode(batches: Any) -> Any:
             for rb in batches:
                 rows = decoder.decode(rb).rows
-                if kind != "json":
+                if not appends(kind):
                     rows = rows.append_column("op", pc.cast(rows.column("_op"), pa.int32()))
                 yield from rows.select(stage.names).cast(stage).to_batches()
 
@@ -271,8 +366,10 @@ class PyIcebergAppend:
             )
 
 
-def pyiceberg_peer(catalogs: Catalogs, kind: str, commits: CommitLog, topic: str) -> Any:
-    if kind == "json":
+def pyiceberg_peer(
+    catalogs: Catalogs, kind: str, commits: CommitLog, topic: str, root: Path
+) -> Any:
+    if appends(kind):
         schema = pa.schema(
             [
                 pa.field("id", pa.int64()),
@@ -291,7 +388,7 @@ def pyiceberg_peer(catalogs: Catalogs, kind: str, commits: CommitLog, topic: str
                 pa.field("op", pa.int32()),
             ]
         )
-    return PyIcebergAppend(catalogs.pyiceberg_table(schema), kind, commits, topic)
+    return PyIcebergAppend(catalogs.pyiceberg_table(schema), kind, commits, topic, root)
 
 
 # ---------------------------------------------------------------- streams
@@ -376,6 +473,7 @@ def drain(
     def timed_sink(df: Any, batch_id: int) -> None:
         if commits.first_batch_at is None:
             commits.first_batch_at = time.time()
+            commits.cpu_at_first_batch = cpu_seconds(env)
         sink(df, batch_id)
 
     started = time.time()
@@ -416,13 +514,9 @@ def _warm_up(env: Env) -> None:
             commits = CommitLog()
             commits.expect(topic_ends)
             sink = (
-                calving_sink(
-                    catalogs.calving_table(JSON_SCHEMA if kind == "json" else CDC_SCHEMA),
-                    kind,
-                    commits,
-                )
+                calving_sink(catalogs.calving_table(table_schema(kind)), kind, commits, env.root)
                 if side == "calving"
-                else pyiceberg_peer(catalogs, kind, commits, topic)
+                else pyiceberg_peer(catalogs, kind, commits, topic, env.root)
             )
             drain(env, topic, sink, commits, work / f"ckpt-{i}-{side}", timeout=300)
 
@@ -431,15 +525,17 @@ def _warm_up(env: Env) -> None:
 
 
 def _proc_stat(pid: int) -> tuple[int, float] | None:
-    """(parent pid, user + system CPU seconds) of a live process."""
+    """(parent pid, CPU seconds) of a live process: its user + system time and that of
+    its children that exited and were waited for (so a Python worker that ends between
+    two readings stays counted, in its parent)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
     ticks = os.sysconf("SC_CLK_TCK")
-    # After the command: state, ppid, ..., utime (12th), stime (13th), counted from state.
-    return int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks
+    # After the command: state, ppid, ..., utime, stime, cutime, cstime (12th-15th).
+    return int(fields[1]), sum(int(f) for f in fields[11:15]) / ticks
 
 
 def _comm(pid: int) -> str:
@@ -464,19 +560,24 @@ def cpu_seconds(env: Env) -> dict[str, float]:
                 stats[int(entry)] = got
     me = os.getpid()
     broker_pid = env.broker.pid
+    cluster = {int(p) for p in os.environ.get(CLUSTER_PIDS_ENV, "").split(",") if p}
+    roots = {me, broker_pid, *cluster}
 
     def group(pid: int) -> str | None:
-        if _comm(pid).startswith("java"):
-            return "jvm" if stats[pid][0] == me else None
+        java = _comm(pid).startswith("java")
+        if pid in cluster:
+            return "jvm"  # a standalone master or worker daemon
         seen, under_jvm = stats[pid][0], False
-        while seen in stats and seen not in (me, broker_pid, 0, 1):
+        while seen in stats and seen not in (*roots, 0, 1):
             under_jvm = under_jvm or _comm(seen).startswith("java")
             seen = stats[seen][0]
         if seen == broker_pid:
             return "broker"
-        if seen != me:
-            return None
-        return "python workers" if under_jvm else "other"
+        if java:  # the driver's JVM, or a cluster's executor
+            return "jvm" if seen == me or seen in cluster else None
+        if seen in cluster or (seen == me and under_jvm):
+            return "python workers"
+        return "other" if seen == me else None
 
     out: dict[str, float] = {}
     for pid, (_, cpu) in stats.items():

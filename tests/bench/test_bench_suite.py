@@ -108,3 +108,41 @@ def test_decode_debezium_bench_at_a_tiny_size():
     got = decode_debezium.measure(2_000)
     assert set(got) == {"per-event", "vectorized"}
     assert all(rate > 0 and cpu > 0 for rate, cpu in got.values())
+
+
+def test_cost_figures_from_recorded_runs():
+    """The cost benchmark's table from runs given as JSON: CPU per million over the whole
+    run and after start-up, the goals checked on them, and the cluster scaling."""
+    from tests.bench import cost
+
+    def run(kind: str, seconds: float, cpu: float, batches: float) -> dict:
+        side = {"seconds": seconds, "startup_s": 1.0, "cpu": {"jvm": cpu}}
+        return {
+            "kind": kind,
+            "records": 1_000_000,
+            "sides": {
+                "calving": {**side, "cpu_batches": {"jvm": batches}},
+                "raw": {"seconds": 4.0, "startup_s": 0.0, "cpu": {"driver": 4.0}},
+                "pyiceberg": {**side, "cpu": {"jvm": 20.0}, "cpu_batches": {"jvm": 5.0}},
+            },
+        }
+
+    figures = cost.to_figures(
+        {
+            "cluster x1": [run("json", 5.0, 12.0, 5.0)],
+            "cluster x2": [run("json", 3.0, 13.0, 5.5)],
+        }
+    )
+    by_name = {(f.figure, f.peer): f for f in figures}
+    whole = by_name[("JSON append, cluster x1, CPU-s per million records, whole run",
+                     "raw loop (1 process)")]  # fmt: skip
+    assert (whole.value, whole.peer_value, whole.met) == (12.0, 4.0, False)
+    after = by_name[("JSON append, cluster x1, CPU-s per million records, after query start-up",
+                     "raw loop (1 process)")]  # fmt: skip
+    assert (after.value, after.met) == (5.0, True)
+    peer = by_name[("JSON append, cluster x1, CPU-s per million records, after query start-up",
+                    "pyiceberg in foreachBatch")]  # fmt: skip
+    assert (peer.peer_value, peer.met) == (5.0, False)  # equal is not below
+    scaled = [f for f in figures if "standalone 2 workers" in f.figure]
+    assert [round(f.ratio or 0, 2) for f in scaled] == [1.67, 2.0]  # 5/3, then 4/2
+    assert [f.met for f in scaled] == [False, True]

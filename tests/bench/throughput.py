@@ -38,7 +38,6 @@ import pyarrow.parquet as pq
 from calving.ingest.kafka.producer import produce
 from tests.bench import streaming
 from tests.bench.figures import Figure
-from tests.support.cdc import SCHEMA as CDC_SCHEMA
 from tests.support.cdc import cdc_events
 
 PARTITIONS = 4
@@ -159,9 +158,35 @@ def raw_limit(
         consumer.close()
 
 
+def _decode_avro(values: list[bytes]) -> pa.Table:
+    import fastavro
+
+    parsed = fastavro.parse_schema(streaming.AVRO_SCHEMA)
+    rows = []
+    for raw in values:
+        body = io.BytesIO(raw)
+        body.seek(5)  # the Confluent header: magic byte and schema id
+        rows.append(fastavro.schemaless_reader(body, parsed, None))
+    return pa.Table.from_pylist(rows, schema=_JSON_ARROW)
+
+
+DECODERS: dict[str, Callable[[list], pa.Table]] = {
+    "json": _decode_json,
+    "avro": _decode_avro,
+    "debezium": _decode_debezium,
+}
+LABELS = {
+    "json": "JSON",
+    "avro": "Avro (Confluent framing)",
+    "debezium": "Debezium JSON (keyed table)",
+}
+
+
 def _records(kind: str, n: int) -> list[tuple[int, bytes | None, bytes | None, None]]:
     if kind == "json":
         return [(i % PARTITIONS, None, streaming.json_value(i), None) for i in range(n)]
+    if kind == "avro":
+        return [(i % PARTITIONS, None, streaming.avro_value(i), None) for i in range(n)]
     # Debezium: events over n/5 keys; each delete adds a tombstone (so a few more records).
     return cdc_events(max(1, n // 5), n, PARTITIONS, seed=2026).records
 
@@ -174,6 +199,8 @@ class Run:
     commits: int = 0
     startup_s: float = 0.0  # query start until the sink's first call
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds by process group
+    #: The same from the sink's first call on (the query's start-up left out).
+    cpu_batches: dict[str, float] = field(default_factory=dict)
 
 
 def _stream_run(
@@ -190,21 +217,24 @@ def _stream_run(
     commits = streaming.CommitLog()
     commits.expect(tp_ends)
     if side == "calving":
-        table = catalogs.calving_table(streaming.JSON_SCHEMA if kind == "json" else CDC_SCHEMA)
-        sink: Any = streaming.calving_sink(table, kind, commits)
+        table = catalogs.calving_table(streaming.table_schema(kind))
+        sink: Any = streaming.calving_sink(table, kind, commits, env.root)
     else:
-        sink = streaming.pyiceberg_peer(catalogs, kind, commits, topic)
+        sink = streaming.pyiceberg_peer(catalogs, kind, commits, topic, env.root)
     before = streaming.cpu_seconds(env)
     seconds = streaming.drain(
         env, topic, sink, commits, checkpoint, max_offsets_per_trigger=max_offsets_per_trigger
     )
-    cpu = streaming.cpu_used(before, streaming.cpu_seconds(env))
+    after = streaming.cpu_seconds(env)
+    cpu = streaming.cpu_used(before, after)
+    batches = streaming.cpu_used(commits.cpu_at_first_batch or before, after)
     if side == "calving":
         table.refresh()
         if table.ledger(sink.writer_id) != tp_ends:
             raise AssertionError(f"calving ledger {table.ledger(sink.writer_id)} != {tp_ends}")
     assert commits.first_batch_at is not None and commits.started_at is not None
-    return Run(seconds, len(commits.commits), commits.first_batch_at - commits.started_at, cpu)
+    startup = commits.first_batch_at - commits.started_at
+    return Run(seconds, len(commits.commits), startup, cpu, batches)
 
 
 @dataclass
@@ -233,7 +263,7 @@ def measure(kind: str, n: int, max_offsets_per_trigger: int | None, repeat: int 
         "throughput", f"{kind}: produced {total:,} records in {time.perf_counter() - t0:.1f} s"
     )
     tp_ends = {(topic, p): e for p, e in ends.items()}
-    decode = _decode_json if kind == "json" else _decode_debezium
+    decode = DECODERS[kind]
     catalogs = streaming.Catalogs.at(work)
     best: dict[str, Run] = {}
     for rep in range(repeat):
@@ -273,7 +303,7 @@ def _cpu_text(cpu: dict[str, float]) -> str:
 
 
 def to_figures(r: Result, max_offsets: int | None) -> list[Figure]:
-    label = "JSON" if r.kind == "json" else "Debezium JSON (keyed table)"
+    label = LABELS[r.kind]
     size = f"{r.records / 1000:,.0f}k"
     batching = f"maxOffsetsPerTrigger={max_offsets:,}" if max_offsets else "no admission limit"
     c = r.calving
@@ -289,12 +319,12 @@ def to_figures(r: Result, max_offsets: int | None) -> list[Figure]:
             better="higher",
             goal=f">= {GOAL_OF_RAW:.1f}x raw and >= {GOAL_RATE / 1000:.0f}k/s",
             met=of_raw >= GOAL_OF_RAW and r.rate("calving") >= GOAL_RATE,
-            note=f"{r.kind}: Spark local[2], availableNow, {batching}: {c.commits} commit(s) in "
+            note=f"{r.kind}: Spark {streaming.master()}, availableNow, {batching}: {c.commits} commit(s) in "
             f"{c.seconds:.1f} s, of which {c.startup_s:.1f} s query start-up "
             f"({after_startup:,.0f}/s after it); CPU {_cpu_text(c.cpu)}. "
             f"Raw limit (no Spark, no commits): {r.raw.seconds:.1f} s, "
             f"CPU {_cpu_text(r.raw.cpu)}"
-            + ("" if r.kind == "json" else "; it does not merge by key"),
+            + ("" if streaming.appends(r.kind) else "; it does not merge by key"),
         ),
         Figure(
             "throughput",
@@ -307,7 +337,7 @@ def to_figures(r: Result, max_offsets: int | None) -> list[Figure]:
             f"CPU {_cpu_text(r.pyiceberg.cpu)}"
             + (
                 ""
-                if r.kind == "json"
+                if streaming.appends(r.kind)
                 else "; it appends the change rows as a log (no upsert/delete), so does less"
             ),
         ),
@@ -331,16 +361,41 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--kinds", default="json,debezium")
     ap.add_argument("--max-offsets", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--json-out", type=Path, help="also write the runs here (tests.bench.cost)")
     args = ap.parse_args(argv)
     n = args.records or (QUICK_RECORDS if args.quick else FULL_RECORDS)
     limit = args.max_offsets or None
     out = []
+    results = []
     try:
         for kind in args.kinds.split(","):
-            out += to_figures(measure(kind, n, limit, args.repeat), limit)
+            results.append(measure(kind, n, limit, args.repeat))
+            out += to_figures(results[-1], limit)
     finally:
         streaming.shutdown()
+    if args.json_out is not None:
+        args.json_out.write_text(json.dumps([to_json(r) for r in results], indent=1))
     print(render(out))
+
+
+def to_json(r: Result) -> dict[str, Any]:
+    """One kind's runs as JSON: records, the Spark master and, per side, seconds, commits,
+    start-up seconds and CPU seconds by process group."""
+    return {
+        "kind": r.kind,
+        "records": r.records,
+        "master": streaming.master(),
+        "sides": {
+            side: {
+                "seconds": run.seconds,
+                "commits": run.commits,
+                "startup_s": run.startup_s,
+                "cpu": run.cpu,
+                "cpu_batches": run.cpu_batches or run.cpu,
+            }
+            for side, run in (("raw", r.raw), ("calving", r.calving), ("pyiceberg", r.pyiceberg))
+        },
+    }
 
 
 if __name__ == "__main__":

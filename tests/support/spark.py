@@ -5,13 +5,18 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def local_session(app_name: str) -> Any:
+def local_session(
+    app_name: str, master: str = "local[2]", conf: Mapping[str, str] | None = None
+) -> Any:
+    """The session on ``master`` (``local[2]`` unless a benchmark asks for another, e.g.
+    ``local[1]`` or a standalone cluster's ``spark://`` URL), with ``conf`` added."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     # Bind only to loopback (the machine's other interfaces are off limits for tests).
@@ -21,9 +26,11 @@ def local_session(app_name: str) -> Any:
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)
     from pyspark.sql import SparkSession
 
+    builder = SparkSession.builder.master(master)
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
     session = (
-        SparkSession.builder.master("local[2]")
-        .appName(app_name)
+        builder.appName(app_name)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")

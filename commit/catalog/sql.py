@@ -29,6 +29,7 @@ drops the parent's pooled connections.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import uuid
@@ -480,18 +481,41 @@ class SqlCatalog(Catalog):
             self.swap_hook,
         )
 
+    @functools.cached_property
+    def _swap_statement(self) -> sa.Update:
+        """The check-and-put, built once with bound parameters (building and caching a
+        statement per swap costs more than the swap's own SQL)."""
+        row = sa.and_(
+            _T.catalog_name == sa.bindparam("swap_catalog"),
+            _T.table_namespace == sa.bindparam("swap_namespace"),
+            _T.table_name == sa.bindparam("swap_table"),
+            self._is_table(),
+        )
+        return (
+            ICEBERG_TABLES.update()
+            .where(row, _T.metadata_location == sa.bindparam("swap_expected"))
+            .values(
+                metadata_location=sa.bindparam("swap_new"),
+                previous_metadata_location=sa.bindparam("swap_previous"),
+            )
+        )
+
     def _check_and_put(self, ident: TableIdent, expected: str, new: str) -> None:
         name = ident_name(ident)
-        stmt = (
-            ICEBERG_TABLES.update()
-            .where(self._table_row(ident), _T.metadata_location == expected)
-            .values(metadata_location=new, previous_metadata_location=expected)
-        )
+        namespace, table = split_ident(ident)
+        params = {
+            "swap_catalog": self.name,
+            "swap_namespace": namespace,
+            "swap_table": table,
+            "swap_expected": expected,
+            "swap_new": new,
+            "swap_previous": expected,
+        }
         committing = False
         try:
             with self._connect(write=True) as conn:
                 transaction = conn.begin()
-                if conn.execute(stmt).rowcount != 1:
+                if conn.execute(self._swap_statement, params).rowcount != 1:
                     current = conn.execute(
                         sa.select(_T.metadata_location).where(self._table_row(ident))
                     ).first()

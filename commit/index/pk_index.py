@@ -409,7 +409,7 @@ class PrimaryKeyIndex:
             self._delta = _concat_runs([self._delta, *self._pending]).sorted()
             self._pending = []
         if self._tomb_pending:
-            self._tomb = np.union1d(self._tomb, np.concatenate(self._tomb_pending))
+            self._tomb = _insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
             self._tomb_pending = []
         limit = max(self.min_merge_rows, int(len(self._base) * self.merge_fraction))
         if len(self._delta) > limit or len(self._tomb) > limit or self._dead_entries > limit:
@@ -514,3 +514,14 @@ def _as_positions(positions: Any) -> np.ndarray:
     if len(pos) and int(pos.min()) < 0:
         raise IndexUpdateError("negative position")
     return pos
+
+
+def _insert_sorted(sorted_unique: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``np.union1d(sorted_unique, values)`` without sorting the (large) first array
+    again: the few new values are inserted at their places."""
+    new = np.unique(values).astype(sorted_unique.dtype, copy=False)
+    if not len(sorted_unique):
+        return new
+    at = np.searchsorted(sorted_unique, new)
+    present = sorted_unique[np.minimum(at, len(sorted_unique) - 1)] == new
+    return np.insert(sorted_unique, at[~present], new[~present])

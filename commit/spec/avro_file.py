@@ -200,14 +200,24 @@ def schema_text(schema: AvroSchema) -> str:
 # ---------------------------------------------------------------- writing
 
 
+def encode_record(schema: str, record: Mapping[str, Any]) -> bytes:
+    """One record's Avro binary body under the schema ``schema`` (its ``schema_text``):
+    what ``write_container`` takes in place of a record it need not encode again."""
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, _parsed_physical(schema), record)
+    return out.getvalue()
+
+
 def write_container(
-    schema: AvroSchema,
-    records: Sequence[Mapping[str, Any]],
+    schema: AvroSchema | str,
+    records: Sequence[Mapping[str, Any] | bytes],
     metadata: Mapping[str, str],
     sync_marker: bytes | None = None,
     codec: str = DEFAULT_CODEC,
 ) -> bytes:
-    """An Avro container holding ``records`` (physical values) under ``schema``.
+    """An Avro container holding ``records`` (physical values, or bodies from
+    ``encode_record``) under ``schema`` (or its ``schema_text``, which callers writing
+    many files of one schema keep).
 
     Without ``sync_marker`` one is derived from the content, so equal input always
     gives equal bytes.
@@ -216,7 +226,7 @@ def write_container(
         raise UnsupportedFeatureError(f"cannot write Avro codec {codec!r}")
     if sync_marker is not None and len(sync_marker) != SYNC_SIZE:
         raise ValueError(f"sync marker must be {SYNC_SIZE} bytes, got {len(sync_marker)}")
-    text = schema_text(schema)
+    text = schema if isinstance(schema, str) else schema_text(schema)
     parsed = _parsed_physical(text)
     header = bytearray(MAGIC)
     entries = {"avro.schema": text, "avro.codec": codec, **metadata}
@@ -230,7 +240,10 @@ def write_container(
     buffer = io.BytesIO()
     count = 0
     for record in records:
-        fastavro.schemaless_writer(buffer, parsed, record)
+        if isinstance(record, bytes):
+            buffer.write(record)  # encoded already (``encode_record``)
+        else:
+            fastavro.schemaless_writer(buffer, parsed, record)
         count += 1
         if buffer.tell() >= BLOCK_BYTES:
             blocks.append((count, buffer.getvalue()))

@@ -4,6 +4,7 @@ in, values out, and back byte for byte."""
 from __future__ import annotations
 
 import decimal as _decimal
+import functools
 import json
 import uuid as _uuid
 from collections.abc import Sequence
@@ -11,7 +12,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from calving.commit.errors import CorruptFileError, SchemaError
-from calving.commit.spec.avro_file import AvroContainer, read_container, write_container
+from calving.commit.spec.avro_file import (
+    AvroContainer,
+    read_container,
+    schema_text,
+    write_container,
+)
 from calving.commit.spec.avro_schemas import (
     DATA_FILE_FIELD_ID,
     DATA_FILE_FIELDS,
@@ -261,9 +267,14 @@ def write_manifest(
     }
     if format_version >= 2:
         metadata["content"] = _CONTENT_NAMES[ManifestContent(content)]
-    schema = manifest_entry_schema(format_version, partition_type)
     records = [_entry_record(e, partition_type) for e in entries]
-    return write_container(schema, records, metadata, sync_marker)
+    text = _entry_schema_text(format_version, partition_type)
+    return write_container(text, records, metadata, sync_marker)
+
+
+@functools.lru_cache(maxsize=64)
+def _entry_schema_text(format_version: int, partition_type: StructType) -> str:
+    return schema_text(manifest_entry_schema(format_version, partition_type))
 
 
 # ---------------------------------------------------------------- reading

@@ -3,12 +3,18 @@ in, values out, and back byte for byte."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from calving.commit.errors import CorruptFileError, SchemaError
-from calving.commit.spec.avro_file import read_container, write_container
+from calving.commit.spec.avro_file import (
+    encode_record,
+    read_container,
+    schema_text,
+    write_container,
+)
 from calving.commit.spec.avro_schemas import (
     FIELD_SUMMARY_FIELDS,
     FORMAT_VERSIONS,
@@ -115,8 +121,20 @@ def write_manifest_list(
     metadata["format-version"] = str(format_version)
     if format_version >= 3 and first_row_id is not None:
         metadata["first-row-id"] = str(first_row_id)
-    records = [_record(m) for m in manifests]
-    return write_container(manifest_file_schema(format_version), records, metadata, sync_marker)
+    records = [_encoded(format_version, m) for m in manifests]
+    return write_container(_list_schema_text(format_version), records, metadata, sync_marker)
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded(format_version: int, manifest: ManifestFile) -> bytes:
+    """A manifest-list entry's Avro body: most entries are carried from one snapshot's
+    list into the next unchanged, so each is encoded once."""
+    return encode_record(_list_schema_text(format_version), _record(manifest))
+
+
+@functools.lru_cache(maxsize=8)
+def _list_schema_text(format_version: int) -> str:
+    return schema_text(manifest_file_schema(format_version))
 
 
 # ---------------------------------------------------------------- reading

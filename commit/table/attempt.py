@@ -106,8 +106,12 @@ class Attempt:
         base: Base,
         table_uuid: str,
         sleep: Callable[[float], None] = time.sleep,
+        cached_base: bool = False,
     ) -> None:
         self.catalog = catalog
+        #: ``base`` is the caller's last known state, not a fresh read: a first lost swap
+        #: means only that it was stale, and is retried at once on a fresh read.
+        self.cached_base = cached_base
         self.ident = ident
         self.action = action
         self.io = io
@@ -202,7 +206,11 @@ class Attempt:
         return None
 
     def _after_lost_swap(self, error: CalvingError) -> Conflicted | Retry:
-        """Known not to have changed the table: back off, refresh, rebuild."""
+        """Known not to have changed the table: back off, refresh, rebuild (a first try
+        on a cached base lost to an older commit: no back-off)."""
+        stale = self.cached_base and self.tries == 1 and isinstance(error, CommitSwapLostError)
+        if stale:
+            return Retry(Base(*reload_metadata(self.catalog, self.io, self.ident)))
         wait = self.policy.wait_ms(self.tries)
         elapsed_ms = (time.monotonic() - self.started) * 1000
         if self.policy.exhausted(self.tries, elapsed_ms, wait):

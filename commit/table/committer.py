@@ -51,9 +51,14 @@ def commit_action(
     base: tuple[str, TableMetadata] | None = None,
     expected_table_uuid: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    cached_base: bool = False,
 ) -> CommitOutcome:
     """Commit ``action`` to the table; returns what happened as a value.
 
+    ``base``: the state of the table to try first, instead of reading the catalog (the
+    check-and-put catches a stale one, and the retry reads the catalog). ``cached_base``:
+    that state is the caller's last known one, so a first lost swap means only that it
+    was stale and is retried at once, without backing off.
     ``expected_table_uuid``: the UUID of the table the caller's files were written
     for; a table dropped and recreated under the same name is refused.
     """
@@ -66,6 +71,7 @@ def commit_action(
         base=current,
         table_uuid=expected_table_uuid or current.metadata.table_uuid,
         sleep=sleep,
+        cached_base=cached_base and base is not None,
     )
     while True:
         found = attempt.begin(current)

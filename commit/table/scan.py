@@ -54,6 +54,10 @@ class _Lru:
 
 _MANIFEST_LISTS = _Lru(256)
 _MANIFESTS = _Lru(4096)
+#: Deletion vectors this process wrote, by "<puffin location>@<offset>": the next commit
+#: merging into one reads it from here, not from its file (the bigger ones are read).
+_DVS = _Lru(1024)
+_DV_CACHE_MAX_POSITIONS = 1 << 16
 
 
 def manifest_files(io: FileIO, snapshot: Snapshot | None) -> tuple[ManifestFile, ...]:
@@ -89,6 +93,12 @@ def remember_written_manifest(manifest: ManifestFile, entries: Iterable[Manifest
 
 def remember_written_manifest_list(location: str, manifests: Iterable[ManifestFile]) -> None:
     _MANIFEST_LISTS.put(location, tuple(manifests))
+
+
+def remember_written_dv(location: str, offset: int, positions: BitMap64) -> None:
+    """Seed the cache with a deletion vector this process just wrote (a copy of it)."""
+    if len(positions) <= _DV_CACHE_MAX_POSITIONS:
+        _DVS.put(f"{location}@{offset}", BitMap64(positions))
 
 
 @dataclass(frozen=True)
@@ -138,8 +148,12 @@ def read_dv(io: FileIO, dv: DataFile) -> BitMap64:
             f"{dv.file_path}: position delete file without content offset (v2 position "
             "delete files are not supported; v3 tables use deletion vectors)"
         )
+    where = f"{dv.file_path}@{dv.content_offset}"
+    cached = _DVS.get(where)
+    if isinstance(cached, BitMap64):
+        return BitMap64(cached)  # a copy: callers may change theirs
     blob = io.read_range(dv.file_path, dv.content_offset, dv.content_size_in_bytes)
-    return deserialize_dv(blob, f"{dv.file_path}@{dv.content_offset}")
+    return deserialize_dv(blob, where)
 
 
 def files_reached(io: FileIO, metadata: TableMetadata, snapshots: Iterable[Snapshot]) -> set[str]:

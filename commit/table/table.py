@@ -61,22 +61,26 @@ class Table:
         self.metadata_location, self.metadata = load_metadata(self.catalog, self.io, self.ident)
         return self
 
-    def commit(self, action: Action) -> CommitOutcome:
-        """Commit starting from a fresh read of the catalog; keep the result as state."""
+    def commit(self, action: Action, *, from_cache: bool = False) -> CommitOutcome:
+        """Commit starting from a fresh read of the catalog, or (``from_cache``) from
+        this object's state, saving that read when nobody else committed since (a stale
+        state costs one try, retried at once on a fresh read); keep the result as state."""
         outcome = commit_action(
             self.catalog,
             self.ident,
             action,
             io=self.io,
+            base=(self.metadata_location, self.metadata) if from_cache else None,
             expected_table_uuid=self.metadata.table_uuid,
+            cached_base=from_cache,
         )
         if isinstance(outcome, (Committed, Skipped)):
             self.metadata_location = outcome.metadata_location
             self.metadata = outcome.metadata
         return outcome
 
-    def commit_or_raise(self, action: Action) -> Committed | Skipped:
-        outcome = self.commit(action)
+    def commit_or_raise(self, action: Action, *, from_cache: bool = False) -> Committed | Skipped:
+        outcome = self.commit(action, from_cache=from_cache)
         if isinstance(outcome, Conflicted):
             raise outcome.error
         if isinstance(outcome, Unknown):

@@ -271,7 +271,9 @@ class Coordinator:
         if prepared.action is None:
             return prepared.stats
         self._commit_dead_letters(batch_id, parsed, prepared.claim)
-        outcome = self.table.commit(prepared.action)
+        # From the table state the batch was prepared on: no catalog read before the
+        # check-and-put, which catches (and retries) a table someone else moved on.
+        outcome = self.table.commit(prepared.action, from_cache=True)
         return self.finish(prepared, outcome)
 
     def prepare(

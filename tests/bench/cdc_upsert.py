@@ -142,7 +142,8 @@ class CalvingCdc:
                 tuple(w.data_file for w in written),
                 deletes,
                 schema_id=self.table.metadata.current_schema_id,
-            )
+            ),
+            from_cache=True,  # as the coordinator commits
         )
         for path, positions in deletes.items():
             self.index.delete_positions(path, positions)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyroaring import BitMap64
 
 from calving.commit.errors import UnsupportedFeatureError
@@ -141,3 +143,18 @@ def test_positions_past_two_to_the_32_are_refused_not_wrapped() -> None:
     with pytest.raises(IndexUpdateError):
         index.add_file("a", _ids(1), positions=[2**32 + 5], row_count=10)
     assert index.file_paths == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 2**64 - 1), max_size=60),
+    st.lists(st.integers(0, 2**64 - 1), max_size=20),
+)
+def test_tombstones_merge_as_a_sorted_union(existing, new):
+    from calving.commit.index.pk_index import _insert_sorted
+
+    base = np.unique(np.array(existing, dtype=np.uint64))
+    values = np.array(new + existing[:3], dtype=np.uint64)  # some already present
+    merged = _insert_sorted(base, values)
+    assert merged.dtype == np.uint64
+    assert merged.tolist() == np.union1d(base, values).tolist()

@@ -25,6 +25,7 @@ from calving.commit.table.producer import SnapshotProducer
 from calving.commit.table.scan import live_files, manifest_files
 from calving.commit.table.summary import SummaryCounters
 from calving.commit.table.table import Table
+from tests.support.oracles import pyiceberg_rows
 from tests.support.tables import make_table, row, write_partitioned
 
 pytestmark = pytest.mark.integration
@@ -305,3 +306,83 @@ def test_producer_names_exactly_the_new_files_of_the_snapshot(sqlite_catalog):
     assert new | puffins | {snapshot.manifest_list} == set(producer.written)
     assert {mf.manifest_path for mf in listed} - new <= base_files
     assert snapshot.summary["added-dvs"] == "3" and snapshot.summary["removed-data-files"] == "1"
+
+
+def test_a_commit_from_the_cached_state_skips_the_catalog_read(sqlite_catalog, monkeypatch):
+    """``Table.commit(from_cache=True)``: no catalog read before the check-and-put while
+    nobody else committed; after a competitor's commit the stale try loses the swap, its
+    files are deleted and it is retried at once (no back-off) on a fresh read."""
+    table = make_table(sqlite_catalog)
+    reads: list[tuple[str, ...]] = []
+    real_load = sqlite_catalog.load_metadata_location
+
+    def counting_load(ident):
+        reads.append(ident)
+        return real_load(ident)
+
+    monkeypatch.setattr(sqlite_catalog, "load_metadata_location", counting_load)
+    out = table.commit(FastAppend(_files(table, [1])), from_cache=True)
+    assert isinstance(out, Committed) and out.attempts == 1
+    assert reads == []
+
+    competitor = Table.load(sqlite_catalog, table.ident)
+    assert isinstance(competitor.commit(FastAppend(_files(competitor, [2]))), Committed)
+    reads.clear()
+    slept: list[float] = []
+    io = RecordingIO()
+    out = commit_action(
+        sqlite_catalog,
+        table.ident,
+        FastAppend(_files(table, [3])),
+        io=io,
+        base=(table.metadata_location, table.metadata),  # stale now
+        cached_base=True,
+        sleep=slept.append,
+    )
+    assert isinstance(out, Committed) and out.attempts == 2
+    assert slept == [] and len(reads) == 1  # no back-off; one fresh read, after the loss
+    assert io.deleted and io.deleted == io.written[: len(io.deleted)]  # the stale try's
+    assert all(not io.exists(f) for f in io.deleted)
+    table.refresh()
+    assert sorted(r[0] for r in pyiceberg_rows(table.metadata_location, ["id"])) == [1, 2, 3]
+
+    # The same stale base without ``cached_base`` backs off before its retry.
+    table2 = Table.load(sqlite_catalog, table.ident)
+    stale = (table2.metadata_location, table2.metadata)
+    assert isinstance(competitor.refresh().commit(FastAppend(_files(competitor, [4]))), Committed)
+    out = commit_action(
+        sqlite_catalog, table.ident, FastAppend(_files(table, [5])), io=io, base=stale,
+        sleep=slept.append,
+    )  # fmt: skip
+    assert isinstance(out, Committed) and out.attempts == 2 and len(slept) == 1
+
+
+def test_deletion_vectors_this_process_wrote_are_merged_from_memory(sqlite_catalog, monkeypatch):
+    """A second delete on a file merges with the DV the first commit wrote, taken from
+    memory (the Puffin file is not read), and the result on disk is the union; callers
+    get copies, so changing one does not change the remembered DV."""
+    from calving.commit.table import scan
+
+    table = make_table(sqlite_catalog)
+    table.commit(FastAppend(_files(table, [1, 2, 3])))
+    path = next(iter(live_files(table.io, table.metadata, table.metadata.current_snapshot).data))
+    table.commit(RowDelta(deletes={path: BitMap64([0])}))
+    ranges: list[str] = []
+    real_read_range = FileIO.read_range
+
+    def recording_read_range(self, location, offset, length):
+        ranges.append(location)
+        return real_read_range(self, location, offset, length)
+
+    monkeypatch.setattr(FileIO, "read_range", recording_read_range)
+    table.commit(RowDelta(deletes={path: BitMap64([1])}))
+    assert not any(r.endswith(".puffin") for r in ranges)
+    live = live_files(table.io, table.metadata, table.metadata.current_snapshot)
+    got = live.positions_deleted(table.io, path)
+    assert set(got) == {0, 1}
+    got.add(2)  # the caller's copy
+    assert set(live.positions_deleted(table.io, path)) == {0, 1}
+    monkeypatch.setattr(scan, "_DVS", scan._Lru(8))  # forget: read the file itself
+    ranges.clear()
+    assert set(live.positions_deleted(table.io, path)) == {0, 1}
+    assert any(r.endswith(".puffin") for r in ranges)

@@ -96,7 +96,7 @@ class RecordingTable(Table):
 
     history: HistoryRecorder
 
-    def commit(self, action: Action) -> CommitOutcome:
+    def commit(self, action: Action, *, from_cache: bool = False) -> CommitOutcome:
         planned = _new_snapshot_id()
         _planned[:] = [planned]
         attempt = uuid.uuid4().hex[:12]
@@ -108,7 +108,7 @@ class RecordingTable(Table):
             snapshot=planned,
         )
         try:
-            outcome = super().commit(action)
+            outcome = super().commit(action, from_cache=from_cache)
         except CalvingError as err:
             self.history.record("error", attempt=attempt, detail=f"{type(err).__name__}: {err}")
             raise

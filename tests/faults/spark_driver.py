@@ -135,10 +135,10 @@ def _record_commits(table: Any, recorder: Any) -> None:
 
     inner = table.commit
 
-    def commit(action: Any) -> Any:
+    def commit(action: Any, **options: Any) -> Any:
         claim = getattr(action, "ledger", None)
         if claim is None or not claim.ranges:
-            return inner(action)
+            return inner(action, **options)
         base = table.metadata.current_snapshot_id
         ids = [
             recorder.invoke(
@@ -150,7 +150,7 @@ def _record_commits(table: Any, recorder: Any) -> None:
             if rng.end > rng.start
         ]
         try:
-            outcome = inner(action)
+            outcome = inner(action, **options)
         except Exception as err:
             for a in ids:
                 recorder.record("error", attempt=a, detail=f"{type(err).__name__}: {err}")

@@ -5,12 +5,9 @@ have done the work."""
 from __future__ import annotations
 
 import datetime as dt
-import io
-import struct
 from decimal import Decimal
 from typing import Any
 
-import fastavro
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -33,7 +30,7 @@ from calving.ingest.decode.avro_confluent import AvroOptions, ConfluentAvroDecod
 from calving.ingest.decode.batch import DecodedBatch
 from calving.ingest.decode.debezium import DebeziumDecoder, DebeziumOptions
 from tests.ingest.decode import assert_partitioned, kafka_batch
-from tests.ingest.decode.test_avro_confluent import DictSource
+from tests.ingest.decode.test_avro_confluent import DictSource, wire
 
 FLAT = {
     "type": "record",
@@ -88,13 +85,6 @@ def table(name_required: bool = False) -> Schema:
         ),
         identifier_field_ids=(1,),
     )
-
-
-def wire(schema_id: int, schema: dict, record: dict) -> bytes:
-    out = io.BytesIO()
-    out.write(b"\x00" + struct.pack(">I", schema_id))
-    fastavro.schemaless_writer(out, fastavro.parse_schema(schema), record)
-    return out.getvalue()
 
 
 UTC = dt.timezone.utc

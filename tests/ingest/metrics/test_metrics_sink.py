@@ -84,7 +84,10 @@ def test_lost_swaps_count_as_retries_and_a_failed_batch_as_a_conflict(
     rival.refresh()
     rival.commit_or_raise(UpdateProperties({"commit.retry.num-retries": "0"}))
     produce(broker.bootstrap_servers, topic, _records(10, 2))
-    races["left"] = 1  # now one lost swap is fatal
+    # Now a lost swap is fatal, once the commit has read the catalog: the batch's first
+    # try, on the sink's cached table state (stale: the rival changed a property), loses
+    # and is retried at once on a fresh read; the rival wins again and that loss is fatal.
+    races["left"] = 2
     with pytest.raises(Exception, match="lost the swap"):
         drain(spark, broker.bootstrap_servers, topic, sink, str(tmp_path / "ckpt"))
 

@@ -128,9 +128,10 @@ def test_auth_secret_reaches_spark_by_environment_only(
     assert SECRET not in result.stdout + result.stderr
 
 
-def test_readme_documents_authentication() -> None:
-    text = (DEPLOY / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Authentication") :]
+def test_guide_documents_authentication() -> None:
+    guide = REPO / "docs" / "guides" / "spark-cluster.md"
+    text = guide.read_text(encoding="utf-8")
+    section = text[text.index("## Authentication") :]
     section = section[: section.index("\n## ", 1)] if "\n## " in section else section
     for needed in (
         "spark.authenticate",

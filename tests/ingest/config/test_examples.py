@@ -10,13 +10,6 @@ import pytest
 from calving.commit.errors import ConfigError
 from calving.commit.spec.transforms import Transform, bucket
 from calving.ingest.config import load_config
-from calving.ingest.config.format import KEYS as FORMAT_KEYS
-from calving.ingest.config.maintenance import MAINTENANCE_KEYS
-from calving.ingest.config.metrics import METRICS_KEYS
-from calving.ingest.config.runtime import SINK_KEYS, SPARK_KEYS
-from calving.ingest.config.source import KEYS as SOURCE_KEYS
-from calving.ingest.config.table import COLUMN_KEYS
-from calving.ingest.config.table import KEYS as TABLE_KEYS
 
 CONFIG_DIR = Path(__file__).resolve().parents[3] / "config"
 POSTGRES_ENV = {
@@ -209,22 +202,3 @@ def test_shared_postgres_names_each_missing_variable(missing):
     with pytest.raises(ConfigError, match=rf"environment variable {missing} is not set"):
         load_config(CONFIG_DIR / "shared-postgres.toml", environ=environ)
 
-
-def test_readme_documents_every_key():
-    readme = (CONFIG_DIR / "README.md").read_text()
-    sections = {
-        "source": SOURCE_KEYS,
-        "format": FORMAT_KEYS,
-        "table": TABLE_KEYS,
-        "table.columns": COLUMN_KEYS,
-        "sink": SINK_KEYS,
-        "spark": SPARK_KEYS,
-        "metrics": METRICS_KEYS,
-        "maintenance": MAINTENANCE_KEYS,
-    }
-    for section, keys in sections.items():
-        heading = f"## `[{section}]`" if section != "table.columns" else "## `[[table.columns]]`"
-        assert readme.count(heading) == 1, heading
-        part = readme.split(heading, 1)[1].split("\n## ", 1)[0]
-        for key in keys:
-            assert f"`{key}`" in part, f"{section}.{key}"

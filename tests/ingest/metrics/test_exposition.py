@@ -145,14 +145,3 @@ def test_metrics_config():
     with pytest.raises(ConfigError, match=r"metrics\.enabled: expected true or false"):
         parse_config(_config({"enabled": "yes"}))
 
-
-def test_config_readme_documents_every_metrics_key():
-    from pathlib import Path
-
-    from calving.ingest.config.metrics import METRICS_KEYS
-
-    readme = (Path(__file__).resolve().parents[3] / "config" / "README.md").read_text()
-    assert readme.count("## `[metrics]`") == 1
-    part = readme.split("## `[metrics]`", 1)[1].split("\n## ", 1)[0]
-    for key in METRICS_KEYS:
-        assert f"| `{key}` |" in part, key

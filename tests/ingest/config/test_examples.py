@@ -201,4 +201,3 @@ def test_shared_postgres_names_each_missing_variable(missing):
     environ = {k: v for k, v in POSTGRES_ENV.items() if k != missing}
     with pytest.raises(ConfigError, match=rf"environment variable {missing} is not set"):
         load_config(CONFIG_DIR / "shared-postgres.toml", environ=environ)
-

@@ -144,4 +144,3 @@ def test_metrics_config():
         parse_config(_config({"prot": 1}))
     with pytest.raises(ConfigError, match=r"metrics\.enabled: expected true or false"):
         parse_config(_config({"enabled": "yes"}))
-

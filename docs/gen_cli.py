@@ -29,12 +29,25 @@ status, error messages and signals are described in
 
 
 def _parser() -> argparse.ArgumentParser:
-    # One usage line per command, whatever the terminal: argparse wraps at $COLUMNS.
-    os.environ["COLUMNS"] = "10000"
-    os.environ["NO_COLOR"] = "1"
     from calving.ingest.cli import _parser as calving_parser
 
     return calving_parser()
+
+
+def _usage(parser: argparse.ArgumentParser) -> str:
+    """The command's usage on one line, whatever the terminal: argparse wraps at $COLUMNS
+    (read when the formatter is made), so set it for this call only."""
+    saved = {name: os.environ.get(name) for name in ("COLUMNS", "NO_COLOR")}
+    os.environ.update(COLUMNS="10000", NO_COLOR="1")
+    try:
+        text = parser.format_usage()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+    return " ".join(text.split()).removeprefix("usage: ")
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
@@ -91,8 +104,7 @@ def _section(
     text = parser.description or help_text
     if text:
         out += [_cell(text), ""]
-    usage = " ".join(parser.format_usage().split())
-    out += ["```", usage.removeprefix("usage: "), "```", ""]
+    out += ["```", _usage(parser), "```", ""]
     options = _options(parser)
     if options:
         out += options + [""]

@@ -192,3 +192,13 @@ class InvalidLocationError(Terminal):
 class InvalidIdentifierError(CatalogError, Terminal):
     """A namespace or table identifier that cannot be stored (empty, or a part the
     catalog cannot represent)."""
+
+
+class InvalidUpdateError(Terminal):
+    """A table update or requirement (REST ``TableUpdate`` / ``TableRequirement``) that is
+    unknown, malformed, or cannot apply to the table it names."""
+
+
+class LocationNotAllowedError(InvalidLocationError):
+    """A table or metadata location outside the places a catalog may write or read
+    (the warehouse, or the allowed prefixes of ``calving catalog serve``)."""

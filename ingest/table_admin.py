@@ -3,7 +3,7 @@
     calving table set-property NAME KEY VALUE (--config F | --catalog URI)
     calving table unset-property NAME KEY (--config F | --catalog URI)
 
-A value for a property calving reads (``calving.commit.table.properties.KNOWN``) is
+A value for a property calving reads (``calving.commit.spec.properties.KNOWN``) is
 checked with the typed accessor first; a bad one is a configuration error (exit 2)
 and nothing is committed. The change is one ``UpdateProperties`` commit, and the
 command prints what changed (``KEY: 'old' -> 'new'``).
@@ -30,7 +30,7 @@ from calving.commit.table.committer import commit_action
 from calving.commit.table.ledger import LEDGER_PREFIX
 from calving.commit.table.loading import load_metadata
 from calving.commit.table.outcomes import Committed, Skipped
-from calving.commit.table.properties import FIX_HINT, KNOWN, PathProperty
+from calving.commit.spec.properties import FIX_HINT, KNOWN, PathProperty
 
 COMMANDS = ("set-property", "unset-property")
 

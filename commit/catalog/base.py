@@ -6,7 +6,7 @@ only if that is still current. It never parses metadata JSON.
 
 Identifiers are tuples: a namespace is ``("a", "b")`` (stored dotted, ``"a.b"``, as
 pyiceberg and Iceberg's JDBC catalog store it), a table is the namespace plus its
-name, ``("a", "b", "events")``. Parts may not be empty or contain ``.``.
+name, ``("a", "b", "events")``; ``identifiers`` holds the rule for their parts.
 
 How a commit lands (``commit_metadata``), in both implementations:
 
@@ -30,41 +30,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from calving.commit.errors import InvalidIdentifierError, NamespaceAlreadyExistsError
+from calving.commit.catalog.identifiers import Namespace, TableIdent, check_ident, check_namespace
+from calving.commit.errors import NamespaceAlreadyExistsError
 from calving.commit.io import FileIO
 
 if TYPE_CHECKING:
     from calving.commit.catalog.faults import FaultPlan
     from calving.commit.spec.metadata import TableMetadata
 
-TableIdent = tuple[str, ...]  # namespace parts + table name
-Namespace = tuple[str, ...]
 
 # Iceberg's metadata file names: Java and pyiceberg's "00001-<uuid>.metadata.json",
 # the filesystem (Hadoop) catalog's "v1.metadata.json".
 _SEQUENCED_NAME = re.compile(r"^(\d+)-.*\.metadata\.json$")
 _VERSION_NAME = re.compile(r"^v(\d+)(?:\.gz)?\.metadata\.json$")
-
-
-def check_namespace(namespace: Namespace) -> Namespace:
-    if isinstance(namespace, str) or not namespace:
-        raise InvalidIdentifierError(f"namespace must be a non-empty tuple, got {namespace!r}")
-    for part in namespace:
-        if not isinstance(part, str) or not part or "." in part:
-            raise InvalidIdentifierError(
-                f"namespace part {part!r} in {namespace!r}: must be a non-empty string without '.'"
-            )
-    return tuple(namespace)
-
-
-def check_ident(ident: TableIdent) -> TableIdent:
-    if isinstance(ident, str) or len(ident) < 2:
-        raise InvalidIdentifierError(f"table identifier needs a namespace and a name: {ident!r}")
-    check_namespace(tuple(ident[:-1]))
-    name = ident[-1]
-    if not isinstance(name, str) or not name:
-        raise InvalidIdentifierError(f"table name {name!r} in {ident!r} must be non-empty")
-    return tuple(ident)
 
 
 def namespace_to_string(namespace: Namespace) -> str:
@@ -252,3 +230,20 @@ class Catalog(abc.ABC):
 
     def close(self) -> None:
         """Release connections; the catalog must not be used afterwards."""
+
+
+__all__ = [
+    "Catalog",
+    "Namespace",
+    "TableIdent",
+    "TableSwap",
+    "check_ident",
+    "check_namespace",
+    "ident_name",
+    "namespace_from_string",
+    "namespace_to_string",
+    "parse_ident",
+    "parse_metadata_version",
+    "split_ident",
+    "table_location_of",
+]

@@ -78,7 +78,7 @@ from calving.commit.errors import (
     TableAlreadyExistsError,
 )
 from calving.commit.io import FileIO, to_uri
-from calving.commit.table.properties import TableProperties
+from calving.commit.spec.properties import TableProperties
 
 if TYPE_CHECKING:
     from calving.commit.spec.metadata import TableMetadata

@@ -51,7 +51,7 @@ from calving.commit.maintenance import compaction
 from calving.commit.maintenance.compaction_plan import RewriteGroup
 from calving.commit.maintenance.orphans import canonical, is_catalog_version_file, referenced_files
 from calving.commit.spec.metadata import TableMetadata
-from calving.commit.table.properties import TableProperties
+from calving.commit.spec.properties import TableProperties
 from calving.commit.table.table import Table
 
 log = logging.getLogger("calving.maintenance")

@@ -22,8 +22,8 @@ from calving.commit.errors import Terminal
 from calving.commit.index.store import INDEX_LOCATION_PROPERTY
 from calving.commit.io import LOCAL_SCHEME, FileIO, ListedFile, local_path, scheme_of
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
 from calving.commit.table import scan
-from calving.commit.table.properties import TableProperties
 
 DEFAULT_SAFETY_AGE_MS = 3 * 24 * 3600 * 1000
 _FILESYSTEM_CATALOG_FILE = re.compile(r"/metadata/(v\d+\.metadata\.json|version-hint\.text)$")

@@ -25,14 +25,14 @@ from calving.commit.maintenance.column_stats import collect_statistics
 from calving.commit.maintenance.policy import METADATA_FILE_MIN_AGE_MS, MaintenancePolicy
 from calving.commit.spec.data_file import FileContent, ManifestContent
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import MANIFEST_TARGET_SIZE_BYTES, TableProperties
+from calving.commit.spec.updates import RemoveSnapshots
 from calving.commit.table import scan
 from calving.commit.table.actions.base import MetadataUpdates, NoChange
 from calving.commit.table.actions.expire_snapshots import ExpireSnapshots
 from calving.commit.table.actions.rewrite_manifests import RewriteManifests
 from calving.commit.table.actions.update_properties import UpdateProperties
-from calving.commit.table.properties import MANIFEST_TARGET_SIZE_BYTES, TableProperties
 from calving.commit.table.table import Table
-from calving.commit.table.updates import RemoveSnapshots
 
 log = logging.getLogger("calving.maintenance")
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from calving.commit import faults
 from calving.commit.catalog.base import Catalog, TableIdent
+from calving.commit.catalog.metadata_cache import remember_metadata
 from calving.commit.errors import (
     CalvingError,
     CatalogUnavailableError,
@@ -47,13 +48,13 @@ from calving.commit.errors import (
 )
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, serialize_metadata
+from calving.commit.spec.updates import AssertTableUUID, TableUpdate, apply_updates
 from calving.commit.table.actions.base import Action, MetadataUpdates, Plan
 from calving.commit.table.changes import SnapshotChanges
-from calving.commit.table.loading import look_in_catalog, reload_metadata, remember_metadata
+from calving.commit.table.loading import look_in_catalog, reload_metadata
 from calving.commit.table.outcomes import CommitOutcome, Committed, Conflicted, Unknown
 from calving.commit.table.producer import SnapshotProducer
 from calving.commit.table.retry import RetryPolicy
-from calving.commit.table.updates import AssertTableUUID, TableUpdate, apply_updates
 
 
 def new_snapshot_id() -> int:

@@ -30,10 +30,10 @@ from calving.commit.spec.deletion_vector import DVBlobRef, write_dv_puffin
 from calving.commit.spec.manifest import write_manifest
 from calving.commit.spec.manifest_list import write_manifest_list
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.types import StructType
 from calving.commit.spec.values import to_bytes
 from calving.commit.table import scan
-from calving.commit.table.properties import TableProperties
 
 #: One Puffin file as staged: its location, its bytes, and where each blob landed.
 StagedPuffin = tuple[str, bytes, list[DVBlobRef]]

@@ -23,9 +23,9 @@ from dataclasses import replace
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import EntryStatus, ManifestContent, ManifestEntry, ManifestFile
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
 from calving.commit.table import scan
 from calving.commit.table.attempt_files import AttemptFiles
-from calving.commit.table.properties import TableProperties
 
 
 def only_deleted_entries(mf: ManifestFile) -> bool:

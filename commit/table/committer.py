@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable
 
 from calving.commit.catalog.base import Catalog, TableIdent
+from calving.commit.catalog.metadata_cache import remember_metadata
 from calving.commit.errors import CalvingError
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.actions.base import Action, NoChange
 from calving.commit.table.attempt import Attempt, Base, Retry, new_snapshot_id
-from calving.commit.table.loading import load_metadata, remember_metadata
+from calving.commit.table.loading import load_metadata
 from calving.commit.table.outcomes import CommitOutcome, Committed, Conflicted, Skipped, Unknown
 from calving.commit.table.retry import RetryPolicy
 

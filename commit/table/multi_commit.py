@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from calving.commit import faults
 from calving.commit.catalog.base import Catalog, TableIdent, TableSwap, ident_name
+from calving.commit.catalog.metadata_cache import remember_metadata
 from calving.commit.errors import (
     CalvingError,
     CatalogUnavailableError,
@@ -44,7 +45,7 @@ from calving.commit.errors import (
 from calving.commit.io import FileIO
 from calving.commit.table.actions.base import Action, NoChange
 from calving.commit.table.attempt import Attempt, Base, Retry, Staged
-from calving.commit.table.loading import load_metadata, look_in_catalog, remember_metadata
+from calving.commit.table.loading import load_metadata, look_in_catalog
 from calving.commit.table.outcomes import CommitOutcome, Conflicted, Skipped, Unknown
 
 

@@ -44,16 +44,16 @@ from calving.commit.spec.data_file import (
     ManifestFile,
 )
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.row_lineage import rows_to_assign
 from calving.commit.spec.snapshot import Snapshot
+from calving.commit.spec.updates import AddSnapshot, SetProperties, TableUpdate, set_main_ref
 from calving.commit.table import scan
 from calving.commit.table.attempt_files import AttemptFiles
 from calving.commit.table.carry import carry_manifests, merge_if_needed, rewrite_all
 from calving.commit.table.changes import SnapshotChanges
 from calving.commit.table.deletes import DeletePlan, needs_live_files, plan_deletes
-from calving.commit.table.properties import TableProperties
 from calving.commit.table.summary import SummaryCounters, snapshot_summary
-from calving.commit.table.updates import AddSnapshot, SetMainRef, SetProperties, TableUpdate
 
 
 @dataclass
@@ -246,7 +246,7 @@ class SnapshotProducer:
 
 def snapshot_updates(snapshot: Snapshot, changes: SnapshotChanges) -> tuple[TableUpdate, ...]:
     """Add the snapshot, make it main's head, and set the properties it carries."""
-    updates: list[TableUpdate] = [AddSnapshot(snapshot), SetMainRef(snapshot.snapshot_id)]
+    updates: list[TableUpdate] = [AddSnapshot(snapshot), set_main_ref(snapshot.snapshot_id)]
     if changes.properties:
         updates.append(SetProperties(dict(changes.properties)))
     return tuple(updates)

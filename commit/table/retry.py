@@ -6,7 +6,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from calving.commit.table.properties import TableProperties
+from calving.commit.spec.properties import TableProperties
 
 
 @dataclass(frozen=True)

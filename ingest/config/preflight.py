@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
 
 from calving.commit.errors import ConfigError, InvalidTablePropertyError
-from calving.commit.table.properties import FIX_HINT, KNOWN
+from calving.commit.spec.properties import FIX_HINT, KNOWN
 from calving.ingest.config.loader import CalvingConfig
 
 

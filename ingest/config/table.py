@@ -33,7 +33,7 @@ from calving.commit.spec.schema import Schema
 from calving.commit.spec.transforms import IDENTITY, Transform, bucket, truncate
 from calving.commit.spec.types import IcebergType, NestedField
 from calving.commit.table.ledger import LEDGER_PREFIX
-from calving.commit.table.properties import FIX_HINT, KNOWN
+from calving.commit.spec.properties import FIX_HINT, KNOWN
 from calving.ingest.config.catalog import (
     CATALOG_KEYS,
     CATALOG_TYPES,

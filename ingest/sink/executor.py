@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, parse_metadata
-from calving.commit.table.properties import TableProperties
+from calving.commit.spec.properties import TableProperties
 from calving.ingest.decode.batch import META_COLUMNS, OP_DELETE, OP_UPSERT, DecodedBatch
 from calving.ingest.sink.dead_letters import DeadLetterTarget
 from calving.ingest.sink.messages import (

@@ -29,7 +29,7 @@ from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.partition import PartitionSpec
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.sort_order import UNSORTED, SortOrder
-from calving.commit.table.properties import TableProperties
+from calving.commit.spec.properties import TableProperties
 from calving.ingest.write.rewrite import (
     RewriteInput,
     data_sequence_numbers,

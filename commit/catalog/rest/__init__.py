@@ -1,11 +1,8 @@
-"""The Iceberg REST catalog protocol: served over calving's SQL catalog
-(``calving catalog serve``), and spoken by calving's ``RestCatalog`` client.
-
-Server: ``changes`` parses ``updateTable`` requirements and updates, ``apply`` applies
-them to table metadata (pure), ``documents`` writes and reads metadata files,
-``service`` answers the protocol's operations over a ``SqlCatalog``, ``transaction``
-swaps several tables in one SQL transaction, ``server`` is the HTTP layer.
-Client: ``client.RestCatalog`` (calving's catalog interface), ``diff`` (a commit as
-requirements + updates), ``transport`` (HTTP, replies as typed errors).
-Nothing here imports pyspark.
+"""calving's client of the Iceberg REST catalog protocol: ``client.RestCatalog``
+(calving's catalog interface), ``diff`` (a commit as typed requirements + updates,
+encoded by ``calving.commit.spec.update_json``), ``idempotent`` (commits under an
+``Idempotency-Key``), ``multi`` (multi-table transactions), ``transport`` (HTTP,
+replies as typed errors) and ``auth`` (bearer tokens, OAuth2 client credentials).
+The server, ``calving catalog serve``, is ``calving.ingest.serve``. Nothing here imports
+pyspark.
 """

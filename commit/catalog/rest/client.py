@@ -38,8 +38,10 @@ from calving.commit.catalog.base import (
     check_namespace,
     ident_name,
 )
+from calving.commit.catalog.metadata_cache import read_metadata_cached
 from calving.commit.catalog.rest.auth import TokenSource
 from calving.commit.catalog.rest.diff import commit_request
+from calving.commit.catalog.rest.idempotent import parse_lifetime, send_commit
 from calving.commit.catalog.rest.multi import advertises_transactions, commit_many
 from calving.commit.catalog.rest.transport import DEFAULT_TIMEOUT_S, RestTransport
 from calving.commit.errors import (
@@ -54,6 +56,23 @@ from calving.commit.errors import (
 )
 from calving.commit.io import FileIO, to_uri
 from calving.commit.spec.metadata import TableMetadata, parse_metadata
+from calving.commit.spec.sort_order import SortOrder
+from calving.commit.spec.update_json import changes_to_json
+from calving.commit.spec.updates import (
+    LAST_ADDED,
+    AddSchema,
+    AddSortOrder,
+    AddSpec,
+    AssertCreate,
+    AssignUUID,
+    SetCurrentSchema,
+    SetDefaultSortOrder,
+    SetDefaultSpec,
+    SetLocation,
+    SetProperties,
+    TableUpdate,
+    UpgradeFormatVersion,
+)
 
 SEPARATOR = "%1F"
 
@@ -102,6 +121,9 @@ class RestCatalog(Catalog):
         prefix = str(merged.get("prefix") or "").strip("/")
         self._base = f"v1/{prefix}/" if prefix else "v1/"
         self.supports_multi_table_commit = advertises_transactions(config)
+        #: Seconds an ``Idempotency-Key`` may be reused (``idempotency-key-lifetime``);
+        #: None: the server does not take keys, and unknown outcomes are read back.
+        self.idempotency_lifetime_s = parse_lifetime(config.get("idempotency-key-lifetime"))
         #: Storage properties the server vended per table (``loadTable`` ``config``).
         self._vended: dict[TableIdent, dict[str, str]] = {}
 
@@ -245,12 +267,9 @@ class RestCatalog(Catalog):
         """A create transaction (``assert-create``) carrying calving's own table UUID,
         schema, spec, sort order and properties."""
         m = parse_metadata(metadata, f"new table {ident_name(ident)}")
-        body = {
-            "requirements": [{"type": "assert-create"}],
-            "updates": _create_updates(m, table_location),
-        }
+        body = changes_to_json([AssertCreate()], _create_updates(m, table_location))
         try:
-            reply = self.http.request("POST", self._table(ident), body, commit=True)
+            reply = self.commit_post(self._table(ident), body)
         except CommitSwapLostError as exc:  # assert-create failed
             raise TableAlreadyExistsError(
                 f"table {ident_name(ident)} already exists: {exc}"
@@ -294,9 +313,7 @@ class RestCatalog(Catalog):
         location (``new_location`` is never written)."""
         _, base = load_metadata_at(self.table_io(ident, self.io), expected)
         new = parse_metadata(metadata, new_location)
-        reply = self.http.request(
-            "POST", self._table(ident), commit_request(base, new), commit=True
-        )
+        reply = self.commit_post(self._table(ident), commit_request(base, new))
         location = reply.get("metadata-location") if isinstance(reply, Mapping) else None
         if not isinstance(location, str) or not location:
             raise CommitStateUnknownError(
@@ -304,6 +321,14 @@ class RestCatalog(Catalog):
                 "metadata-location; the commit may have landed"
             )
         return location
+
+    def commit_post(self, path: str, body: Any) -> Any:
+        """POST a commit or transaction: under an ``Idempotency-Key`` when the server
+        takes them (``rest.idempotent``), else once."""
+        return send_commit(
+            lambda headers: self.http.request("POST", path, body, commit=True, headers=headers),
+            self.idempotency_lifetime_s,
+        )
 
     def swap_metadata_location(self, ident: TableIdent, expected: str, new: str) -> None:
         raise UnsupportedFeatureError(
@@ -346,33 +371,26 @@ def vended_storage(reply: Mapping[str, Any], location: str) -> dict[str, str]:
 
 def load_metadata_at(io: FileIO, location: str) -> tuple[str, TableMetadata]:
     """The metadata a commit started from (calving's parse cache first)."""
-    from calving.commit.table.loading import _remembered, remember_metadata
-
-    metadata = _remembered(location)
-    if metadata is None:
-        metadata = parse_metadata(io.read(location), location)
-        remember_metadata(location, metadata)
-    return location, metadata
+    return location, read_metadata_cached(io, location)
 
 
-def _create_updates(m: TableMetadata, location: str) -> list[dict[str, Any]]:
-    properties = dict(m.properties)
+def _create_updates(m: TableMetadata, location: str) -> list[TableUpdate]:
     return [
-        {"action": "assign-uuid", "uuid": m.table_uuid},
-        {"action": "upgrade-format-version", "format-version": m.format_version},
-        {"action": "add-schema", "schema": m.schema.to_json()},
-        {"action": "set-current-schema", "schema-id": -1},
-        {"action": "add-spec", "spec": m.spec.to_json()},
-        {"action": "set-default-spec", "spec-id": -1},
-        {"action": "add-sort-order", "sort-order": _default_order(m)},
-        {"action": "set-default-sort-order", "sort-order-id": -1},
-        {"action": "set-location", "location": to_uri(location).rstrip("/")},
-        {"action": "set-properties", "updates": properties},
+        AssignUUID(m.table_uuid),
+        UpgradeFormatVersion(m.format_version),
+        AddSchema(m.schema, m.last_column_id),
+        SetCurrentSchema(LAST_ADDED),
+        AddSpec(m.spec),
+        SetDefaultSpec(LAST_ADDED),
+        AddSortOrder(_default_order(m)),
+        SetDefaultSortOrder(LAST_ADDED),
+        SetLocation(to_uri(location).rstrip("/")),
+        SetProperties(dict(m.properties)),
     ]
 
 
-def _default_order(m: TableMetadata) -> dict[str, Any]:
+def _default_order(m: TableMetadata) -> SortOrder:
     for order in m.sort_orders:
         if order.order_id == m.default_sort_order_id:
-            return order.to_json()
-    return {"order-id": 0, "fields": []}
+            return order
+    return SortOrder(0, ())

@@ -1,5 +1,6 @@
 """A calving commit as a REST ``updateTable`` request: the difference between the
-metadata a commit started from and the metadata it made, as requirements + updates.
+metadata a commit started from and the metadata it made, as typed requirements and
+updates (``calving.commit.spec.updates``), encoded by ``spec.update_json``.
 
 calving's commit path builds the next metadata locally (``apply_updates``); a REST
 catalog wants the changes instead. Requirements pin what the local change was built
@@ -12,122 +13,119 @@ from __future__ import annotations
 from typing import Any
 
 from calving.commit.spec.metadata import MAIN_BRANCH, TableMetadata
+from calving.commit.spec.update_json import changes_to_json
+from calving.commit.spec.updates import (
+    AddSchema,
+    AddSnapshot,
+    AddSortOrder,
+    AddSpec,
+    AssertCurrentSchemaId,
+    AssertDefaultSpecId,
+    AssertLastAssignedFieldId,
+    AssertRefSnapshotId,
+    AssertTableUUID,
+    RemoveProperties,
+    RemoveSnapshotRef,
+    RemoveSnapshots,
+    RemoveStatistics,
+    Requirement,
+    SetCurrentSchema,
+    SetDefaultSortOrder,
+    SetDefaultSpec,
+    SetLocation,
+    SetProperties,
+    SetSnapshotRef,
+    SetStatistics,
+    TableUpdate,
+    UpgradeFormatVersion,
+)
 
 
 def commit_request(base: TableMetadata, new: TableMetadata) -> dict[str, Any]:
-    return {"requirements": requirements(base, new), "updates": updates(base, new)}
+    """The ``CommitTableRequest`` body (without identifier) turning ``base`` into ``new``."""
+    return changes_to_json(requirements(base, new), updates(base, new))
 
 
-def requirements(base: TableMetadata, new: TableMetadata) -> list[dict[str, Any]]:
+def requirements(base: TableMetadata, new: TableMetadata) -> list[Requirement]:
     main = base.refs.get(MAIN_BRANCH)
-    out: list[dict[str, Any]] = [
-        {"type": "assert-table-uuid", "uuid": base.table_uuid},
-        {
-            "type": "assert-ref-snapshot-id",
-            "ref": MAIN_BRANCH,
-            "snapshot-id": None if main is None else main.snapshot_id,
-        },
+    out: list[Requirement] = [
+        AssertTableUUID(base.table_uuid),
+        AssertRefSnapshotId(MAIN_BRANCH, None if main is None else main.snapshot_id),
     ]
     if new.schemas != base.schemas or new.current_schema_id != base.current_schema_id:
-        out.append(
-            {"type": "assert-current-schema-id", "current-schema-id": base.current_schema_id}
-        )
-        out.append(
-            {"type": "assert-last-assigned-field-id", "last-assigned-field-id": base.last_column_id}
-        )
+        out.append(AssertCurrentSchemaId(base.current_schema_id))
+        out.append(AssertLastAssignedFieldId(base.last_column_id))
     if new.partition_specs != base.partition_specs or new.default_spec_id != base.default_spec_id:
-        out.append({"type": "assert-default-spec-id", "default-spec-id": base.default_spec_id})
+        out.append(AssertDefaultSpecId(base.default_spec_id))
     return out
 
 
-def updates(base: TableMetadata, new: TableMetadata) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
+def updates(base: TableMetadata, new: TableMetadata) -> list[TableUpdate]:
+    out: list[TableUpdate] = []
     if new.format_version != base.format_version:
-        out.append({"action": "upgrade-format-version", "format-version": new.format_version})
+        out.append(UpgradeFormatVersion(new.format_version))
     out += _schema_updates(base, new)
     out += _spec_and_order_updates(base, new)
     out += _snapshot_updates(base, new)
     out += _property_updates(base, new)
     out += _statistics_updates(base, new)
     if new.location != base.location:
-        out.append({"action": "set-location", "location": new.location})
+        out.append(SetLocation(new.location))
     return out
 
 
-def _schema_updates(base: TableMetadata, new: TableMetadata) -> list[dict[str, Any]]:
+def _schema_updates(base: TableMetadata, new: TableMetadata) -> list[TableUpdate]:
     known = {s.schema_id for s in base.schemas}
-    out: list[dict[str, Any]] = [
-        {"action": "add-schema", "schema": s.to_json()}
+    out: list[TableUpdate] = [
+        AddSchema(s, max(new.last_column_id, s.highest_field_id))
         for s in new.schemas
         if s.schema_id not in known
     ]
     if new.current_schema_id != base.current_schema_id:
-        out.append({"action": "set-current-schema", "schema-id": new.current_schema_id})
+        out.append(SetCurrentSchema(new.current_schema_id))
     return out
 
 
-def _spec_and_order_updates(base: TableMetadata, new: TableMetadata) -> list[dict[str, Any]]:
+def _spec_and_order_updates(base: TableMetadata, new: TableMetadata) -> list[TableUpdate]:
     specs = {s.spec_id for s in base.partition_specs}
     orders = {o.order_id for o in base.sort_orders}
-    out: list[dict[str, Any]] = [
-        {"action": "add-spec", "spec": s.to_json()}
-        for s in new.partition_specs
-        if s.spec_id not in specs
-    ]
+    out: list[TableUpdate] = [AddSpec(s) for s in new.partition_specs if s.spec_id not in specs]
     if new.default_spec_id != base.default_spec_id:
-        out.append({"action": "set-default-spec", "spec-id": new.default_spec_id})
-    out += [
-        {"action": "add-sort-order", "sort-order": o.to_json()}
-        for o in new.sort_orders
-        if o.order_id not in orders
-    ]
+        out.append(SetDefaultSpec(new.default_spec_id))
+    out += [AddSortOrder(o) for o in new.sort_orders if o.order_id not in orders]
     if new.default_sort_order_id != base.default_sort_order_id:
-        out.append({"action": "set-default-sort-order", "sort-order-id": new.default_sort_order_id})
+        out.append(SetDefaultSortOrder(new.default_sort_order_id))
     return out
 
 
-def _snapshot_updates(base: TableMetadata, new: TableMetadata) -> list[dict[str, Any]]:
+def _snapshot_updates(base: TableMetadata, new: TableMetadata) -> list[TableUpdate]:
     before = {s.snapshot_id for s in base.snapshots}
     after = {s.snapshot_id for s in new.snapshots}
-    out: list[dict[str, Any]] = [
-        {"action": "add-snapshot", "snapshot": s.to_json()}
-        for s in new.snapshots
-        if s.snapshot_id not in before
-    ]
-    for name, ref in new.refs.items():
-        if base.refs.get(name) != ref:
-            out.append({"action": "set-snapshot-ref", "ref-name": name, **ref.to_json()})
+    out: list[TableUpdate] = [AddSnapshot(s) for s in new.snapshots if s.snapshot_id not in before]
     out += [
-        {"action": "remove-snapshot-ref", "ref-name": name}
-        for name in base.refs
-        if name not in new.refs
+        SetSnapshotRef(name, ref) for name, ref in new.refs.items() if base.refs.get(name) != ref
     ]
-    removed = sorted(before - after)
+    out += [RemoveSnapshotRef(name) for name in base.refs if name not in new.refs]
+    removed = before - after
     if removed:
-        out.append({"action": "remove-snapshots", "snapshot-ids": removed})
+        out.append(RemoveSnapshots(frozenset(removed)))
     return out
 
 
-def _property_updates(base: TableMetadata, new: TableMetadata) -> list[dict[str, Any]]:
+def _property_updates(base: TableMetadata, new: TableMetadata) -> list[TableUpdate]:
     changed = {k: v for k, v in new.properties.items() if base.properties.get(k) != v}
-    removed = [k for k in base.properties if k not in new.properties]
-    out: list[dict[str, Any]] = []
+    removed = tuple(k for k in base.properties if k not in new.properties)
+    out: list[TableUpdate] = []
     if changed:
-        out.append({"action": "set-properties", "updates": changed})
+        out.append(SetProperties(changed))
     if removed:
-        out.append({"action": "remove-properties", "removals": removed})
+        out.append(RemoveProperties(removed))
     return out
 
 
-def _statistics_updates(base: TableMetadata, new: TableMetadata) -> list[dict[str, Any]]:
+def _statistics_updates(base: TableMetadata, new: TableMetadata) -> list[TableUpdate]:
     before = {s.snapshot_id: s for s in base.statistics}
     after = {s.snapshot_id: s for s in new.statistics}
-    out: list[dict[str, Any]] = [
-        {"action": "set-statistics", "statistics": s.to_json()}
-        for sid, s in after.items()
-        if before.get(sid) != s
-    ]
-    out += [
-        {"action": "remove-statistics", "snapshot-id": sid} for sid in before if sid not in after
-    ]
+    out: list[TableUpdate] = [SetStatistics(s) for sid, s in after.items() if before.get(sid) != s]
+    out += [RemoveStatistics(sid) for sid in before if sid not in after]
     return out

@@ -5,7 +5,8 @@ built (``diff.commit_request``, guarded by ``assert-table-uuid`` and
 ``assert-ref-snapshot-id``), named by its identifier. The server applies all or none.
 Outcomes as a single commit's: 409 is a lost race (``CommitSwapLostError``; the server
 does not say which table, so every table is refreshed), a 5xx, timeout or dropped
-connection after sending is ``CommitStateUnknownError`` (resolved by reading every table
+connection after sending is ``CommitStateUnknownError`` (repeated under its
+``Idempotency-Key`` where the server takes one, else resolved by reading every table
 back), and a server without the endpoint (404, 405, 501 before anything is applied)
 is ``UnsupportedFeatureError``. The metadata files are the server's: ``swaps``'
 locations and payloads are only the client's record of what it proposed.
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from calving.commit.catalog.base import TableSwap, check_ident
+from calving.commit.catalog.metadata_cache import read_metadata_cached
 from calving.commit.catalog.rest.diff import commit_request
 from calving.commit.errors import CalvingError, UnsupportedFeatureError
 from calving.commit.spec.metadata import parse_metadata
@@ -39,21 +41,14 @@ def advertises_transactions(config: Any) -> bool:
 
 
 def commit_many(catalog: RestCatalog, swaps: Sequence[TableSwap]) -> None:
-    from calving.commit.catalog.rest.client import load_metadata_at
-
     changes = []
     for s in swaps:
         ident = check_ident(s.ident)
-        _, base = load_metadata_at(catalog.io, s.expected)
+        base = read_metadata_cached(catalog.io, s.expected)
         change = commit_request(base, parse_metadata(s.payload, s.location))
         changes.append({"identifier": {"namespace": list(ident[:-1]), "name": ident[-1]}, **change})
     try:
-        catalog.http.request(
-            "POST",
-            catalog.base_path + "transactions/commit",
-            {"table-changes": changes},
-            commit=True,
-        )
+        catalog.commit_post(catalog.base_path + "transactions/commit", {"table-changes": changes})
     except CalvingError as exc:
         if getattr(exc, "http_status", None) in (404, 405, 501) and "NoSuch" not in str(exc):
             raise UnsupportedFeatureError(

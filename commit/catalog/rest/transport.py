@@ -69,23 +69,29 @@ class RestTransport:
         *,
         commit: bool = False,
         exists: str = "table",
+        headers: Mapping[str, str] | None = None,
     ) -> Any:
         """The reply's JSON (None when empty). ``exists`` names what a 409
-        AlreadyExists refers to ("table" or "namespace"). A 401 with a refreshable
-        (OAuth2) token is repeated once with a new token: the server refused it before
-        applying anything."""
+        AlreadyExists refers to ("table" or "namespace"); ``headers`` are added to this
+        request only. A 401 with a refreshable (OAuth2) token is repeated once with a new
+        token: the server refused it before applying anything."""
+        extra = dict(headers or {})
         try:
-            return self._once(method, path, body, commit, exists)
+            return self._once(method, path, body, commit, exists, extra)
         except _Unauthorized as first:
             if not self.auth.refreshable or not self.auth.refresh_after_401():
                 raise first.error from None
         try:
-            return self._once(method, path, body, commit, exists)
+            return self._once(method, path, body, commit, exists, extra)
         except _Unauthorized as again:
             raise again.error from None
 
-    def _once(self, method: str, path: str, body: Any, commit: bool, exists: str) -> Any:
+    def _once(
+        self, method: str, path: str, body: Any, commit: bool, exists: str, extra: dict[str, str]
+    ) -> Any:
         req = self._build(method, path, body)
+        for key, value in extra.items():
+            req.add_header(key, value)
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as reply:
                 raw = reply.read()

@@ -7,8 +7,8 @@ from typing import Protocol
 
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.updates import Requirement, TableUpdate
 from calving.commit.table.changes import SnapshotChanges
-from calving.commit.table.updates import Requirement, TableUpdate
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.updates import RemoveSnapshots
 from calving.commit.table import scan
 from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
-from calving.commit.table.updates import RemoveSnapshots
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
 from calving.commit.table import scan
 from calving.commit.table.actions.base import NoChange, Plan
 from calving.commit.table.changes import SnapshotChanges
-from calving.commit.table.properties import TableProperties
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.updates import RemoveProperties, SetProperties, TableUpdate
 from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
-from calving.commit.table.updates import RemoveProperties, SetProperties, TableUpdate
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,8 @@ from calving.commit.spec.types import (
     can_promote,
     same_shape,
 )
+from calving.commit.spec.updates import AddSchema, AssertCurrentSchemaId, SetCurrentSchema
 from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
-from calving.commit.table.updates import AddSchema, AssertCurrentSchemaId, SetCurrentSchema
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from calving.commit.errors import CommitConflictError
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
-from calving.commit.spec.statistics import StatisticsFile
-from calving.commit.table.actions.base import MetadataUpdates, Plan
-from calving.commit.table.properties import (
+from calving.commit.spec.properties import (
     FILE_SKETCHES,
     STATISTICS_COMPUTED_MS,
     TableProperties,
 )
-from calving.commit.table.updates import SetProperties, SetStatistics
+from calving.commit.spec.statistics import StatisticsFile
+from calving.commit.spec.updates import SetProperties, SetStatistics
+from calving.commit.table.actions.base import MetadataUpdates, Plan
 
 FILE_SKETCHES_PROPERTY = FILE_SKETCHES.name
 

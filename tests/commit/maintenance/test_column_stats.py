@@ -24,7 +24,7 @@ from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
-from calving.commit.table.properties import TableProperties
+from calving.commit.spec.properties import TableProperties
 from calving.commit.table.table import Table
 from calving.ingest.write.arrow_schema import primitive_to_arrow
 from calving.ingest.write.parquet_writer import write_data_file

@@ -6,7 +6,7 @@ import pytest
 
 from calving.commit.errors import InvalidTablePropertyError
 from calving.commit.table.committer import RetryPolicy
-from calving.commit.table.properties import KNOWN, TableProperties, validate_properties
+from calving.commit.spec.properties import KNOWN, TableProperties, validate_properties
 
 
 def test_defaults_are_icebergs() -> None:

@@ -10,17 +10,21 @@ import pytest
 from pyroaring import BitMap64
 
 from calving.commit.catalog import SqlCatalog
-from calving.commit.catalog.rest.server import RestCatalogServer
-from calving.commit.catalog.rest.service import CatalogService
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.committer import Committed
 from calving.commit.table.table import Table
+from calving.ingest.serve.server import RestCatalogServer
+from calving.ingest.serve.service import CatalogService
 from tests.support.tables import make_table, row, rows_as_tuples, write_partitioned
 
 
-def start_server(catalog: SqlCatalog, token: str | None = None) -> RestCatalogServer:
-    return RestCatalogServer(CatalogService(catalog), "127.0.0.1", 0, token=token).start()
+def start_server(catalog: SqlCatalog, token: str | None = None, **kwargs: Any) -> RestCatalogServer:
+    """The server over ``catalog`` on a free loopback port; without ``token`` it runs
+    ``insecure`` (loopback only), as ``calving catalog serve --insecure`` does."""
+    return RestCatalogServer(
+        CatalogService(catalog), "127.0.0.1", 0, token=token, insecure=token is None, **kwargs
+    ).start()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

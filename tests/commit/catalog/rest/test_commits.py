@@ -16,11 +16,11 @@ import pytest
 from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.exceptions import CommitFailedException
 
-from calving.commit.catalog.rest.service import CatalogService
-from calving.commit.catalog.rest.transaction import table_swap
 from calving.commit.errors import CommitSwapLostError
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.table import Table
+from calving.ingest.serve.service import CatalogService
+from calving.ingest.serve.transaction import table_swap
 from tests.commit.catalog.rest.conftest import dv_table, start_server
 from tests.support.tables import make_table
 
@@ -34,6 +34,8 @@ def _batch(start: int, n: int = 3) -> pa.Table:
 def _request(url: str, method: str, body: Any = None, token: str | None = None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
     if token is not None:
         req.add_header("Authorization", f"Bearer {token}")
     try:

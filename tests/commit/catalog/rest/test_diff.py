@@ -5,22 +5,22 @@ from __future__ import annotations
 
 import dataclasses
 
-from calving.commit.catalog.rest.apply import apply_changes
-from calving.commit.catalog.rest.changes import parse_changes
 from calving.commit.catalog.rest.diff import commit_request
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.snapshot import Snapshot, SnapshotRef
 from calving.commit.spec.types import STRING, NestedField
-from calving.commit.table.table import new_table_metadata
-from calving.commit.table.updates import (
+from calving.commit.spec.update_json import changes_from_json as parse_changes
+from calving.commit.spec.updates import (
     AddSchema,
     AddSnapshot,
     RemoveProperties,
     SetCurrentSchema,
-    SetMainRef,
     SetProperties,
     apply_updates,
+    set_main_ref,
 )
+from calving.commit.table.table import new_table_metadata
+from calving.ingest.serve.apply import apply_changes
 from tests.support.tables import EVENTS
 
 
@@ -31,7 +31,7 @@ def _snapshot(snapshot_id: int, parent: int | None, seq: int, first_row: int) ->
 
 def test_the_diff_applied_server_side_rebuilds_calvings_metadata():
     base = new_table_metadata(EVENTS, "file:///wh/db/t", properties={"gone": "x"})
-    base = apply_updates(base, [AddSnapshot(_snapshot(1, None, 1, 0)), SetMainRef(1)],
+    base = apply_updates(base, [AddSnapshot(_snapshot(1, None, 1, 0)), set_main_ref(1)],
                          base_location=None, now_ms=2000)  # fmt: skip
     wider = Schema((*EVENTS.fields, NestedField(5, "note", STRING)), 1, EVENTS.identifier_field_ids)
     new = apply_updates(
@@ -40,7 +40,7 @@ def test_the_diff_applied_server_side_rebuilds_calvings_metadata():
             AddSchema(wider, 5),
             SetCurrentSchema(1),
             AddSnapshot(_snapshot(2, 1, 2, 10)),
-            SetMainRef(2),
+            set_main_ref(2),
             SetProperties({"calving.ledger.w": "7"}),
             RemoveProperties(("gone",)),
         ],
@@ -66,7 +66,7 @@ def test_the_diff_applied_server_side_rebuilds_calvings_metadata():
 
 def test_only_changed_refs_and_statistics_are_sent():
     base = new_table_metadata(EVENTS, "file:///wh/db/t")
-    base = apply_updates(base, [AddSnapshot(_snapshot(1, None, 1, 0)), SetMainRef(1)],
+    base = apply_updates(base, [AddSnapshot(_snapshot(1, None, 1, 0)), set_main_ref(1)],
                          base_location=None, now_ms=2000)  # fmt: skip
     tagged = dataclasses.replace(base, refs={**base.refs, "audit": SnapshotRef(1, "tag")})
     request = commit_request(base, tagged)

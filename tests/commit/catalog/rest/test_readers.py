@@ -10,9 +10,9 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog.rest import RestCatalog
 
-from calving.commit.catalog.rest.server import RestCatalogServer
-from calving.commit.catalog.rest.service import CatalogService
 from calving.commit.table.table import Table
+from calving.ingest.serve.server import RestCatalogServer
+from calving.ingest.serve.service import CatalogService
 from tests.commit.catalog.rest.conftest import duckdb_rest_connection, dv_table, start_server
 from tests.support.oracles import datafusion_rows, pyiceberg_rows
 from tests.support.tables import COLUMNS
@@ -113,7 +113,9 @@ def test_duckdb_creates_inserts_and_deletes_through_the_server(sqlite_catalog, r
 
 def test_a_prefix_is_advertised_and_served(sqlite_catalog, caplog):
     _, expected = dv_table(sqlite_catalog)
-    server = RestCatalogServer(CatalogService(sqlite_catalog), "127.0.0.1", 0, prefix="lake")
+    server = RestCatalogServer(
+        CatalogService(sqlite_catalog), "127.0.0.1", 0, prefix="lake", insecure=True
+    )
     server.start()
     try:
         with caplog.at_level(logging.INFO, logger="calving.rest"):

@@ -9,11 +9,11 @@ import pytest
 
 from calving.commit.catalog import SqlCatalog
 from calving.commit.catalog.rest.client import RestCatalog, vended_storage
-from calving.commit.catalog.rest.server import RestCatalogServer
-from calving.commit.catalog.rest.service import CatalogService
 from calving.commit.io import FileIO
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.committer import Committed
+from calving.ingest.serve.server import RestCatalogServer
+from calving.ingest.serve.service import CatalogService
 from tests.support.s3 import moto_bucket
 from tests.support.tables import make_table, row, write_partitioned
 
@@ -24,7 +24,9 @@ def test_a_client_without_storage_settings_writes_with_vended_credentials(tmp_pa
     with moto_bucket("lake") as props:
         sql = SqlCatalog("c", f"sqlite:///{tmp_path}/c.db", "s3://lake/wh", io=FileIO(props))
         sql.create_namespace(("db",))
-        server = RestCatalogServer(CatalogService(sql, vended=props), "127.0.0.1", 0).start()
+        server = RestCatalogServer(
+            CatalogService(sql, vended=props), "127.0.0.1", 0, insecure=True
+        ).start()
         try:
             rest = RestCatalog("r", server.url)
             assert not any(k.startswith("s3.") for k in rest.io.properties)

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from calving.commit.catalog.base import TableSwap, check_ident, ident_name
-from calving.commit.catalog.rest.changes import AssertCreate, parse_changes
-from calving.commit.catalog.rest.errors import bad_request, commit_failed
-from calving.commit.catalog.rest.service import COMMIT_ATTEMPTS, CatalogService, Prepared
 from calving.commit.errors import CommitSwapLostError
+from calving.commit.spec.update_json import changes_from_json
+from calving.commit.spec.updates import AssertCreate
+from calving.ingest.serve.errors import bad_request, commit_failed
+from calving.ingest.serve.service import COMMIT_ATTEMPTS, CatalogService, Prepared
 
 
 def commit_transaction(service: CatalogService, body: Any) -> None:
@@ -51,11 +52,13 @@ def _table_changes(body: Any) -> list[tuple[tuple[str, ...], Mapping[str, Any]]]
         ident_obj = change.get("identifier") if isinstance(change, Mapping) else None
         if not isinstance(ident_obj, Mapping) or not isinstance(ident_obj.get("name"), str):
             raise bad_request("every table change needs an 'identifier' with a 'name'")
-        namespace = tuple(str(p) for p in ident_obj.get("namespace") or ())
+        namespace = ident_obj.get("namespace") or ()
+        if not isinstance(namespace, list):
+            raise bad_request("a table change's identifier 'namespace' must be a list")
         ident = check_ident((*namespace, ident_obj["name"]))
         if any(ident == seen for seen, _ in out):
             raise bad_request(f"table {ident_name(ident)} appears twice in the transaction")
-        requirements, _ = parse_changes(change)
+        requirements, _ = changes_from_json(change)
         if any(isinstance(r, AssertCreate) for r in requirements):
             raise bad_request("creating tables in a multi-table transaction is not supported")
         out.append((ident, change))

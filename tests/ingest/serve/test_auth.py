@@ -8,13 +8,13 @@ from __future__ import annotations
 import pytest
 
 from calving.commit.catalog.rest.client import RestCatalog
-from calving.commit.catalog.rest.server import RestCatalogServer
-from calving.commit.catalog.rest.service import CatalogService
-from calving.commit.catalog.rest.tokens import TokenIssuer
 from calving.commit.errors import CatalogError
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.committer import Committed
 from calving.commit.table.table import Table
+from calving.ingest.serve.server import RestCatalogServer
+from calving.ingest.serve.service import CatalogService
+from calving.ingest.serve.tokens import TokenIssuer
 from tests.support.tables import make_table, row, write_partitioned
 
 pytestmark = pytest.mark.integration

@@ -4,6 +4,12 @@ Each method takes decoded path parts and the request's JSON body and returns the
 answer (or None for 204), raising ``RestError`` or calving's typed errors, which
 ``errors.rest_error_of`` maps to the protocol's error model.
 
+Every name is checked by ``calving.commit.catalog.identifiers`` and every location the
+server writes metadata to or registers a table from (an explicit or derived table
+location, a namespace ``location``, ``write.metadata.path``, a register-table
+``metadata-location``) must lie under the ``Confinement``'s roots (the warehouse and
+any allowed prefixes) before anything is written.
+
 A table commit reads the current metadata, checks the requirements, applies the
 updates, writes a new metadata file and swaps the catalog row with the SQL catalog's
 compare-and-swap. A lost swap (someone committed in between) is retried here from the
@@ -22,30 +28,38 @@ from dataclasses import dataclass
 from typing import Any
 
 from calving.commit.catalog.base import Namespace, TableIdent, check_ident, check_namespace
-from calving.commit.catalog.rest.apply import apply_changes, empty_metadata
-from calving.commit.catalog.rest.changes import (
+from calving.commit.catalog.locations import Confinement
+from calving.commit.catalog.sql import NAMESPACE_EXISTS_PROPERTY, SqlCatalog
+from calving.commit.errors import (
+    CalvingError,
+    CommitSwapLostError,
+    NoSuchTableError,
+)
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
+from calving.commit.spec.update_json import changes_from_json, update_from_json
+from calving.commit.spec.updates import (
+    LAST_ADDED,
     AssertCreate,
     AssignUUID,
-    RestUpdate,
+    SetCurrentSchema,
     SetDefaultSortOrder,
     SetDefaultSpec,
     SetLocation,
+    SetProperties,
+    TableUpdate,
     UpgradeFormatVersion,
-    parse_changes,
-    parse_update,
 )
-from calving.commit.catalog.rest.documents import metadata_bytes, read_metadata
-from calving.commit.catalog.rest.errors import RestError, bad_request, commit_failed
-from calving.commit.catalog.sql import NAMESPACE_EXISTS_PROPERTY, SqlCatalog
-from calving.commit.errors import CommitSwapLostError, NoSuchTableError
-from calving.commit.io import to_uri
-from calving.commit.spec.metadata import TableMetadata
-from calving.commit.table.updates import SetCurrentSchema, SetProperties
+from calving.ingest.serve.apply import apply_changes, empty_metadata
+from calving.ingest.serve.documents import metadata_bytes, read_metadata
+from calving.ingest.serve.errors import RestError, bad_request, commit_failed
 
 log = logging.getLogger(__name__)
 
 DEFAULT_FORMAT_VERSION = 2  # as Iceberg's reference catalog; ask for 3 with format-version
 COMMIT_ATTEMPTS = 4
+#: The namespace property that names where its tables go by default.
+NAMESPACE_LOCATION = "location"
 ENDPOINTS = (
     "GET /v1/{prefix}/namespaces",
     "POST /v1/{prefix}/namespaces",
@@ -59,6 +73,7 @@ ENDPOINTS = (
     "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "DELETE /v1/{prefix}/namespaces/{namespace}/tables/{table}",
     "POST /v1/{prefix}/namespaces/{namespace}/register",
+    "POST /v1/{prefix}/tables/rename",
     "POST /v1/{prefix}/transactions/commit",
 )
 
@@ -80,9 +95,13 @@ class CatalogService:
         catalog: SqlCatalog,
         clock: Callable[[], float] = time.time,
         vended: Mapping[str, str] | None = None,
+        allowed_prefixes: tuple[str, ...] = (),
     ) -> None:
         self.catalog = catalog
         self.clock = clock
+        roots = (*((catalog.warehouse,) if catalog.warehouse else ()), *allowed_prefixes)
+        #: Where tables and metadata may live: the warehouse and ``allowed_prefixes``.
+        self.confinement = Confinement(roots)
         #: Storage properties handed to clients in every ``loadTable`` / ``createTable``
         #: answer's ``config`` (static credentials: single tenant, no per-table scoping).
         self.vended = dict(vended or {})
@@ -102,8 +121,10 @@ class CatalogService:
     def create_namespace(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, Mapping) or not isinstance(body.get("namespace"), list):
             raise bad_request("CreateNamespaceRequest needs a 'namespace' list")
-        namespace = check_namespace(tuple(str(p) for p in body["namespace"]))
+        namespace = check_namespace(tuple(body["namespace"]))
         properties = _string_map(body.get("properties") or {}, "properties")
+        if NAMESPACE_LOCATION in properties:
+            self.confinement.check(properties[NAMESPACE_LOCATION], "the namespace location")
         self.catalog.create_namespace(namespace, properties)
         return {"namespace": list(namespace), "properties": properties}
 
@@ -145,13 +166,27 @@ class CatalogService:
         if not isinstance(name, str) or not isinstance(location, str):
             raise bad_request("RegisterTableRequest needs 'name' and 'metadata-location'")
         ident = check_ident((*check_namespace(namespace), name))
-        read_metadata(self.catalog.io, location)  # must be a readable metadata file
+        self._check_registrable(location)
         if body.get("overwrite") and self.catalog.table_exists(ident):
             current = self.catalog.load_metadata_location(ident)
             self.catalog.swap_metadata_location(ident, current, location)
         else:
             self.catalog.register_table(ident, location)
         return self.load_table(ident)
+
+    def _check_registrable(self, location: str) -> None:
+        """A metadata file under the confinement's roots that parses; the answer says
+        nothing about any other path (whether it exists, what it holds)."""
+        refused = bad_request(
+            "metadata-location must name a table metadata file (*.metadata.json) under "
+            "the locations this catalog may use"
+        )
+        if not location.endswith(".metadata.json") or not self.confinement.allows(location):
+            raise refused
+        try:
+            read_metadata(self.catalog.io, location)
+        except CalvingError:
+            raise refused from None
 
     def create_table(self, namespace: Namespace, body: Any) -> dict[str, Any]:
         if not isinstance(body, Mapping) or not isinstance(body.get("name"), str):
@@ -163,6 +198,7 @@ class CatalogService:
         metadata = apply_changes(
             empty_metadata(), updates, base_location=None, now_ms=self._now_ms()
         )
+        self.confine(empty_metadata(), metadata)
         if body.get("stage-create"):
             obj = json.loads(metadata_bytes(metadata))
             return {"metadata-location": None, "metadata": obj, "config": dict(self.vended)}
@@ -174,12 +210,16 @@ class CatalogService:
             "config": dict(self.vended),
         }
 
-    def _create_updates(self, ident: TableIdent, body: Mapping[str, Any]) -> list[RestUpdate]:
+    def _create_updates(self, ident: TableIdent, body: Mapping[str, Any]) -> list[TableUpdate]:
         properties = _string_map(body.get("properties") or {}, "properties")
         version = properties.pop("format-version", str(DEFAULT_FORMAT_VERSION))
-        if not version.isdigit():
-            raise bad_request(f"properties.format-version must be a number, got {version!r}")
-        location = body.get("location") or self.catalog.default_table_location(ident)
+        if not (version.isascii() and version.isdigit() and len(version) < 3):
+            raise bad_request(f"properties.format-version must be 2 or 3, got {version[:20]!r}")
+        location = body.get("location")
+        if location is None:
+            location = self.catalog.default_table_location(ident)
+        elif not isinstance(location, str):
+            raise bad_request("CreateTableRequest 'location' must be a string")
         if "schema" not in body:
             raise bad_request("CreateTableRequest needs a 'schema'")
         spec = body.get("partition-spec") or {"spec-id": 0, "fields": []}
@@ -187,15 +227,24 @@ class CatalogService:
         return [
             AssignUUID(str(uuid.uuid4())),
             UpgradeFormatVersion(int(version)),
-            parse_update({"action": "add-schema", "schema": body["schema"]}),
-            SetCurrentSchema(-1),
-            parse_update({"action": "add-spec", "spec": spec}),
-            SetDefaultSpec(-1),
-            parse_update({"action": "add-sort-order", "sort-order": order}),
-            SetDefaultSortOrder(-1),
-            SetLocation(to_uri(str(location))),
+            update_from_json({"action": "add-schema", "schema": body["schema"]}),
+            SetCurrentSchema(LAST_ADDED),
+            update_from_json({"action": "add-spec", "spec": spec}),
+            SetDefaultSpec(LAST_ADDED),
+            update_from_json({"action": "add-sort-order", "sort-order": order}),
+            SetDefaultSortOrder(LAST_ADDED),
+            SetLocation(self.confinement.check(location, "the table location")),
             SetProperties(properties),
         ]
+
+    def confine(self, base: TableMetadata, new: TableMetadata) -> None:
+        """Refuse (400) a table location or ``write.metadata.path`` that changed to a place
+        outside the confinement; an existing table's unchanged ones are left alone."""
+        if new.location != base.location:
+            self.confinement.check(new.location, "the table location")
+        path = TableProperties(new.properties).write_metadata_path
+        if path is not None and path != TableProperties(base.properties).write_metadata_path:
+            self.confinement.check(path, "write.metadata.path")
 
     # ------------------------------------------------------------ commits
 
@@ -213,7 +262,7 @@ class CatalogService:
 
     def prepare(self, ident: TableIdent, body: Any) -> Prepared:
         """Read, check requirements, apply updates, serialize (no write)."""
-        requirements, updates = parse_changes(body)
+        requirements, updates = changes_from_json(body)
         creating = any(isinstance(r, AssertCreate) for r in requirements)
         try:
             expected: str | None = self.catalog.load_metadata_location(ident)
@@ -231,6 +280,7 @@ class CatalogService:
             if not isinstance(requirement, AssertCreate):
                 requirement.check(base)
         new = apply_changes(base, updates, base_location=expected, now_ms=self._now_ms())
+        self.confine(base, new)
         if expected is None:
             new_location = ""
         else:
@@ -248,6 +298,9 @@ class CatalogService:
 
 
 def _string_map(value: Any, key: str) -> dict[str, str]:
-    if not isinstance(value, Mapping):
+    ok = isinstance(value, Mapping) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+    if not ok:
         raise bad_request(f"{key!r} must be a JSON object of strings")
-    return {str(k): str(v) for k, v in value.items()}
+    return dict(value)

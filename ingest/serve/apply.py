@@ -1,6 +1,6 @@
 """Applying ``updateTable`` updates to table metadata, server side (pure).
 
-The updates calving's own commits use go through ``calving.commit.table.updates
+The updates calving's own commits use go through ``calving.commit.spec.updates
 .apply_updates``; this module adds the rest of the protocol (create transactions,
 refs other than ``main``, specs, sort orders, location, format version) and the
 checks the reference implementation makes, so a bad request is a 400 and never a
@@ -13,29 +13,26 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from calving.commit.catalog.rest.changes import (
+from calving.commit.spec.metadata import MAIN_BRANCH, TableMetadata
+from calving.commit.spec.updates import (
     LAST_ADDED,
+    AddSchema,
+    AddSnapshot,
     AddSortOrder,
     AddSpec,
     AssignUUID,
     RemoveSnapshotRef,
-    RestUpdate,
+    RemoveSnapshots,
+    SetCurrentSchema,
     SetDefaultSortOrder,
     SetDefaultSpec,
     SetLocation,
     SetSnapshotRef,
+    TableUpdate,
     UpgradeFormatVersion,
-)
-from calving.commit.catalog.rest.errors import bad_request
-from calving.commit.spec.metadata import MAIN_BRANCH, TableMetadata
-from calving.commit.table.updates import (
-    AddSchema,
-    AddSnapshot,
-    RemoveSnapshots,
-    SetCurrentSchema,
-    SetMainRef,
     apply_updates,
 )
+from calving.ingest.serve.errors import bad_request
 
 MAX_FORMAT_VERSION = 3
 
@@ -70,7 +67,7 @@ class _Added:
 
 def apply_changes(
     base: TableMetadata,
-    updates: Sequence[RestUpdate],
+    updates: Sequence[TableUpdate],
     *,
     base_location: str | None,
     now_ms: int,
@@ -86,7 +83,7 @@ def apply_changes(
     return m
 
 
-def _apply_one(m: TableMetadata, u: RestUpdate, added: _Added, now_ms: int) -> TableMetadata:
+def _apply_one(m: TableMetadata, u: TableUpdate, added: _Added, now_ms: int) -> TableMetadata:
     if isinstance(u, AssignUUID):
         if m.table_uuid and m.table_uuid != u.uuid:
             raise bad_request(f"cannot reassign table UUID {m.table_uuid} to {u.uuid}")
@@ -214,13 +211,11 @@ def _set_ref(m: TableMetadata, u: SetSnapshotRef, now_ms: int) -> TableMetadata:
         raise bad_request(f"ref {u.name!r}: no snapshot with id {u.ref.snapshot_id}")
     if u.ref.ref_type not in ("branch", "tag"):
         raise bad_request(f"ref {u.name!r}: type must be branch or tag, not {u.ref.ref_type!r}")
-    if u.name == MAIN_BRANCH:
-        if u.ref.ref_type != "branch":
-            raise bad_request("ref 'main' must be a branch")
-        m = apply_updates(m, (SetMainRef(u.ref.snapshot_id),), base_location=None, now_ms=now_ms)
-    refs = dict(m.refs)
-    refs[u.name] = u.ref
-    return m.with_changes(refs=refs)
+    if u.name == MAIN_BRANCH and u.ref.ref_type != "branch":
+        raise bad_request("ref 'main' must be a branch")
+    return apply_updates(m, (u,), base_location=None, now_ms=now_ms).with_changes(
+        last_updated_ms=m.last_updated_ms
+    )
 
 
 def _remove_ref(m: TableMetadata, name: str) -> TableMetadata:

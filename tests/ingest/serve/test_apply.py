@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from calving.commit.catalog.rest.apply import apply_changes, empty_metadata
-from calving.commit.catalog.rest.changes import parse_changes, parse_update
-from calving.commit.catalog.rest.documents import metadata_bytes
-from calving.commit.catalog.rest.errors import RestError, rest_error_of
-from calving.commit.errors import CommitConflictError, SchemaError
+from calving.commit.errors import CommitConflictError, InvalidUpdateError, SchemaError
 from calving.commit.spec.metadata import parse_metadata
+from calving.commit.spec.update_json import changes_from_json as parse_changes
+from calving.commit.spec.update_json import update_from_json as parse_update
+from calving.ingest.serve.apply import apply_changes, empty_metadata
+from calving.ingest.serve.documents import metadata_bytes
+from calving.ingest.serve.errors import RestError, rest_error_of
 
 SCHEMA = {
     "type": "struct",
@@ -134,7 +135,7 @@ def test_requirements_fail_as_conflicts():
     stale, _ = parse_changes(body)
     with pytest.raises(CommitConflictError, match="ref 'main' snapshot id is 10, expected 9"):
         stale[1].check(m)
-    assert rest_error_of(CommitConflictError("x")).status == 409
+    assert rest_error_of(CommitConflictError("x"), "r1").status == 409
 
 
 def test_malformed_requests_are_400():
@@ -144,11 +145,11 @@ def test_malformed_requests_are_400():
         {"requirements": [], "updates": [{"action": "set-current-schema"}]},
         {"requirements": {}, "updates": []},
     ):
-        with pytest.raises(RestError) as info:
+        with pytest.raises(InvalidUpdateError) as info:
             parse_changes(body)
-        assert info.value.status == 400
+        assert rest_error_of(info.value, "r1").status == 400
     with pytest.raises(RestError, match="downgrade"):
         _apply(_create(version=3), [{"action": "upgrade-format-version", "format-version": 2}])
     with pytest.raises(SchemaError):
         _apply(_create(), [{"action": "set-current-schema", "schema-id": 5}])
-    assert rest_error_of(SchemaError("x")).status == 400
+    assert rest_error_of(SchemaError("x"), "r1").status == 400

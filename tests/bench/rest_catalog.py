@@ -58,7 +58,7 @@ class Serve:
 
     def __init__(self, uri: str, name: str, warehouse: str, log: Path) -> None:
         cmd = [sys.executable, "-m", "calving.ingest.cli", "catalog", "serve", "--catalog", uri,
-               "--catalog-name", name, "--warehouse", warehouse, "--port", "0"]  # fmt: skip
+               "--catalog-name", name, "--warehouse", warehouse, "--port", "0", "--insecure"]  # fmt: skip
         self._log = open(log, "w")  # noqa: SIM115 - the child writes it until stop()
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True)
         assert self.proc.stdout is not None

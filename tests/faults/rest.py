@@ -31,7 +31,7 @@ def start_serve(sql_uri: str, name: str, warehouse: str, workdir: Path) -> str:
     log ``rest-server.log`` there); its URL. ``stop_serve(workdir)`` ends it."""
     log = open(workdir / "rest-server.log", "w")  # noqa: SIM115 - the process keeps it
     cmd = [sys.executable, "-m", "calving.ingest.cli", "catalog", "serve", "--catalog", sql_uri,
-           "--catalog-name", name, "--warehouse", warehouse, "--port", "0"]  # fmt: skip
+           "--catalog-name", name, "--warehouse", warehouse, "--port", "0", "--insecure"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
     _servers[workdir] = proc
     line = _first_line(proc)

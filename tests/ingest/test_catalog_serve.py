@@ -81,7 +81,8 @@ def test_serve_refuses_bad_vending_or_credentials(
 
 
 def test_serve_refuses_a_filesystem_catalog(tmp_path, capsys):
-    assert main(["catalog", "serve", "--catalog", f"file://{tmp_path}", "--port", "0"]) == 2
+    argv = ["catalog", "serve", "--catalog", f"file://{tmp_path}", "--port", "0", "--insecure"]
+    assert main(argv) == 2
     assert "needs a SQL catalog" in capsys.readouterr().err
 
 
@@ -112,7 +113,7 @@ def test_serve_takes_the_catalog_from_a_pipeline_config(tmp_path):
     (tmp_path / "warehouse").mkdir()
     SqlCatalog("lake", f"sqlite:///{tmp_path}/catalog.db").create_namespace(("db",))
     cmd = [sys.executable, "-m", "calving.ingest.cli", "catalog", "serve", "--config", str(config),
-           "--port", "0"]  # fmt: skip
+           "--port", "0", "--insecure"]  # fmt: skip
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         rest = RestCatalog("r", uri=_listening_url(proc))
@@ -122,3 +123,22 @@ def test_serve_takes_the_catalog_from_a_pipeline_config(tmp_path):
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ([], "needs an auth method"),
+        (["--insecure", "--host", "0.0.0.0"], "refused on --host 0.0.0.0"),
+        (["--insecure", "--host", "192.0.2.7"], "refused on --host 192.0.2.7"),
+        (["--insecure", "--token-env", "T"], "not with --token-env"),
+    ],
+)
+def test_serve_refuses_to_start_without_auth(tmp_path, capsys, extra, expected):
+    """Defect 2: no auth method is refused, and --insecure only on loopback; nothing is
+    bound or opened before the refusal."""
+    argv = ["catalog", "serve", "--catalog", f"sqlite:///{tmp_path}/c.db", "--port", "0",
+            "--warehouse", str(tmp_path), *extra]  # fmt: skip
+    assert main(argv) == 2
+    assert expected in capsys.readouterr().err
+    assert not (tmp_path / "c.db").exists()

@@ -135,6 +135,8 @@ def _int(value: Any) -> int:
     """A JSON integer (not a bool, float or string)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"expected an integer, got {type(value).__name__}")
+    if not -(2**63) <= value < 2**63:
+        raise ValueError("integer out of the 64-bit range")
     return value
 
 

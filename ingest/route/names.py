@@ -17,7 +17,8 @@ digits and ``_`` (dots included) become ``_`` (``invalid_characters = "replace"`
 the default) or are refused (``"error"``). Then, with ``name_case = "lower"`` (the
 default), the whole name is lowercased: engines such as Trino and Hive fold identifiers
 to lower case, so a mixed-case Iceberg name is unreachable from them. A namespace (dotted)
-or table name may have at most 255 characters (the SQL catalog's columns).
+or table name may have at most 255 characters (the SQL catalog's columns); the rendered
+name must also pass the catalogs' identifier rule (``calving.commit.catalog.identifiers``).
 
 A name that cannot be made valid (an empty value, a missing source field, too few topic
 parts, too long) is a ``TableNameError`` naming the config key and the topic.
@@ -30,13 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from calving.commit.errors import ConfigError
+from calving.commit.catalog.identifiers import MAX_NAME_LENGTH, check_ident
+from calving.commit.errors import ConfigError, InvalidIdentifierError
 
 SOURCE_FIELDS = ("db", "schema", "table", "collection", "name", "connector")
 NameCase = Literal["lower", "preserve"]
 InvalidCharacters = Literal["replace", "error"]
-#: The SQL catalog stores a dotted namespace and a table name in VARCHAR(255) columns.
-MAX_NAME_LENGTH = 255
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_]+)(?:\[(-?\d+)\])?\}")
 _INVALID = re.compile(r"[^A-Za-z0-9_]")
 _LITERAL = re.compile(r"[A-Za-z0-9_.]*")
@@ -89,7 +89,10 @@ class NameRules:
                 raise TableNameError(
                     key, topic, f"{what} {text[:40]!r}... is longer than {MAX_NAME_LENGTH}"
                 )
-        return parts
+        try:
+            return check_ident(parts)  # the catalogs' own rule, on top of the stricter one
+        except InvalidIdentifierError as err:
+            raise TableNameError(key, topic, str(err)) from None
 
     def check_literal(self, key: str, name: str) -> tuple[str, ...]:
         """A table name written in the config (a static route): valid as written."""

@@ -75,6 +75,8 @@ def test_serve_refuses_bad_vending_or_credentials(
     monkeypatch.setenv("SERVE_SETTING", value)
     argv = ["catalog", "serve", "--catalog", f"sqlite:///{tmp_path}/c.db", "--port", "0",
             flag, "SERVE_SETTING"]  # fmt: skip
+    if flag == "--vend-io-env":
+        argv.append("--insecure")
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert expected in err and flag in err and "no-colon-secret-x1" not in err

@@ -107,7 +107,7 @@ class Served:
 
 def _help_text() -> str:
     cmd = [sys.executable, "-m", "calving.ingest.cli", "catalog", "serve", "--help"]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60).stdout
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60).stdout
 
 
 def _listening(proc: subprocess.Popen[str], timeout: float = 60.0) -> str:

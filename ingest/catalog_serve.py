@@ -165,6 +165,7 @@ def main(args: argparse.Namespace, secrets: Secrets) -> int:
     token = _token(args.token_env, secrets, "--token-env")
     issuer = _issuer(args, secrets)
     limits, server_limits = _limits(args)
+    vended = _vended(args.vend_io_env, secrets)
     catalog = _open(args, secrets)
     if not catalog.warehouse and not args.allowed_location:
         catalog.close()
@@ -175,7 +176,7 @@ def main(args: argparse.Namespace, secrets: Secrets) -> int:
     try:
         service = CatalogService(
             catalog,
-            vended=_vended(args.vend_io_env, secrets),
+            vended=vended,
             allowed_prefixes=_allowed(args.allowed_location),
         )
         server = server_module.RestCatalogServer(

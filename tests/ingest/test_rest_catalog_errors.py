@@ -187,6 +187,6 @@ def test_catalog_serve_refuses_a_rest_catalog_config(tmp_path, capsys):
         'writer_id = "w"\n'
         f'checkpoint = "{tmp_path}/ckpt"\n'
     )
-    assert main(["catalog", "serve", "--config", str(config), "--port", "0"]) == 2
+    assert main(["catalog", "serve", "--config", str(config), "--port", "0", "--insecure"]) == 2
     err = capsys.readouterr().err
     assert "table.catalog: calving catalog serve needs a SQL catalog" in err, err

@@ -1,8 +1,8 @@
 """Pipeline metrics: a Prometheus text endpoint (``[metrics]``, off by default) and one
 JSON log line per batch on the ``calving.metrics`` logger.
 
-* ``exposition``: counters, gauges, histograms and the text format (0.0.4);
-* ``server``: ``MetricsServer``, the ``/metrics`` endpoint on a daemon thread;
+* ``exposition``: counters, gauges and histograms on ``prometheus-client``;
+* ``server``: ``MetricsServer``, ``prometheus-client``'s ``/metrics`` endpoint;
 * ``lag``: ``LagProbe``, the broker's latest offsets against the table's ledger;
 * ``batch``: ``SinkMetrics``, what a ``CalvingSink`` records per batch (``METRICS`` and
   ``LOG_FIELDS`` list every name).

@@ -1,53 +1,31 @@
-"""Metric families and the Prometheus text exposition format (version 0.0.4).
+"""Metric families on ``prometheus-client``, the Prometheus project's Python client.
 
-A small, dependency-free registry: counters, gauges and histograms with fixed label
-names, rendered as ``# HELP`` / ``# TYPE`` lines followed by one sample per line. Label
-values and help texts are escaped as the format requires (backslash, double quote and
-newline in label values; backslash and newline in help). Every method is thread-safe:
-the sink updates the families in the driver while the HTTP thread renders them.
+The sink declares each family once (name, help, label names, histogram buckets) and
+updates it with keyword labels (``counter.inc(2, table="db.t", writer_id="w")``);
+``prometheus-client`` keeps the values and renders the text exposition format (escaping
+of label values and help, ``+Inf`` / ``NaN``, cumulative buckets). Each family lives in
+its own ``CollectorRegistry`` so its values can be read back (``value``, ``count``)
+whether or not it is served; a ``Registry`` serves the families registered with it in
+registration order. Counters without ``_created`` series (off process-wide), as before.
+Every method is thread-safe: the sink updates families in the driver while the HTTP
+thread renders them.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
-#: The ``Content-Type`` of a rendered registry.
+import prometheus_client as pc
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+pc.disable_created_metrics()
+
+#: The ``Content-Type`` of a rendered registry (text format 0.0.4).
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-
-LabelValues = tuple[str, ...]
-
-
-def escape_label_value(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
-
-
-def format_value(value: float) -> str:
-    """A sample value as the format spells it: ``+Inf``, ``-Inf``, ``NaN``, integers
-    without a fraction, other floats in Python's shortest round-trip form."""
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    if value.is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return repr(value)
-
-
-def _labels(names: Sequence[str], values: Sequence[str]) -> str:
-    if not names:
-        return ""
-    inner = ",".join(f'{n}="{escape_label_value(v)}"' for n, v in zip(names, values))
-    return "{" + inner + "}"
 
 
 class MetricFamily:
@@ -59,41 +37,33 @@ class MetricFamily:
         self.name = name
         self.help = help_text
         self.label_names = tuple(label_names)
-        self._lock = threading.Lock()
+        self._own = CollectorRegistry(auto_describe=True)
+        self._metric: Any = None
 
-    def _key(self, labels: Mapping[str, str]) -> LabelValues:
+    def _adopt(self, metric: Any) -> None:
+        self._metric = metric
+        self._own.register(metric)
+
+    def _check(self, labels: Mapping[str, str]) -> dict[str, str]:
         if set(labels) != set(self.label_names):
             raise ValueError(
                 f"{self.name}: labels {sorted(labels)} differ from {list(self.label_names)}"
             )
-        return tuple(str(labels[n]) for n in self.label_names)
+        return {n: str(labels[n]) for n in self.label_names}
 
-    def header(self) -> list[str]:
-        return [f"# HELP {self.name} {escape_help(self.help)}", f"# TYPE {self.name} {self.kind}"]
+    def _child(self, labels: Mapping[str, str]) -> Any:
+        checked = self._check(labels)
+        return self._metric.labels(**checked) if self.label_names else self._metric
 
-    def samples(self) -> list[str]:
-        raise NotImplementedError
+    def _sample(self, sample_name: str, labels: Mapping[str, str]) -> float | None:
+        value = self._own.get_sample_value(sample_name, self._check(labels))
+        return None if value is None else float(value)
 
-    def render(self) -> list[str]:
-        return self.header() + self.samples()
-
-
-class _Scalar(MetricFamily):
-    def __init__(self, name: str, help_text: str, label_names: Sequence[str] = ()) -> None:
-        super().__init__(name, help_text, label_names)
-        self._values: dict[LabelValues, float] = {}
-
-    def value(self, **labels: str) -> float:
-        with self._lock:
-            return self._values.get(self._key(labels), 0)
-
-    def samples(self) -> list[str]:
-        with self._lock:
-            items = sorted(self._values.items())
-        return [f"{self.name}{_labels(self.label_names, k)} {format_value(v)}" for k, v in items]
+    def collect(self) -> Iterable[Metric]:
+        return self._metric.collect()  # type: ignore[no-any-return]
 
 
-class Counter(_Scalar):
+class Counter(MetricFamily):
     """Only goes up. Names end in ``_total``."""
 
     kind = "counter"
@@ -102,35 +72,42 @@ class Counter(_Scalar):
         if not name.endswith("_total"):
             raise ValueError(f"counter {name} must end in _total")
         super().__init__(name, help_text, label_names)
+        self._adopt(pc.Counter(name, help_text, self.label_names, registry=None))
 
     def inc(self, amount: float = 1, **labels: str) -> None:
         if amount < 0:
             raise ValueError(f"{self.name}: a counter cannot go down ({amount})")
-        key = self._key(labels)
-        with self._lock:
-            self._values[key] = self._values.get(key, 0) + amount
+        self._child(labels).inc(amount)
 
     def touch(self, **labels: str) -> None:
         """Make the series visible at 0 before it is first incremented."""
-        key = self._key(labels)
-        with self._lock:
-            self._values.setdefault(key, 0)
+        self._child(labels)
+
+    def value(self, **labels: str) -> float:
+        return self._sample(self.name, labels) or 0
 
 
-class Gauge(_Scalar):
+class Gauge(MetricFamily):
     """A value that is set (the latest reading)."""
 
     kind = "gauge"
 
+    def __init__(self, name: str, help_text: str, label_names: Sequence[str] = ()) -> None:
+        super().__init__(name, help_text, label_names)
+        self._adopt(pc.Gauge(name, help_text, self.label_names, registry=None))
+
     def set(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
-        with self._lock:
-            self._values[key] = value
+        self._child(labels).set(value)
 
     def remove(self, **labels: str) -> None:
-        key = self._key(labels)
-        with self._lock:
-            self._values.pop(key, None)
+        checked = self._check(labels)
+        try:
+            self._metric.remove(*checked.values())
+        except KeyError:
+            pass
+
+    def value(self, **labels: str) -> float:
+        return self._sample(self.name, labels) or 0
 
 
 class Histogram(MetricFamily):
@@ -152,45 +129,26 @@ class Histogram(MetricFamily):
         if not bounds or bounds[-1] != math.inf:
             bounds.append(math.inf)
         self.buckets = tuple(bounds)
-        self._series: dict[LabelValues, tuple[list[int], list[float]]] = {}
+        self._adopt(
+            pc.Histogram(name, help_text, self.label_names, registry=None, buckets=self.buckets)
+        )
 
     def observe(self, value: float, **labels: str) -> None:
-        key = self._key(labels)
-        with self._lock:
-            counts, total = self._series.setdefault(key, ([0] * len(self.buckets), [0.0]))
-            for i, bound in enumerate(self.buckets):
-                if value <= bound:
-                    counts[i] += 1
-                    break
-            total[0] += value
+        self._child(labels).observe(value)
 
     def count(self, **labels: str) -> int:
-        with self._lock:
-            series = self._series.get(self._key(labels))
-            return sum(series[0]) if series else 0
-
-    def samples(self) -> list[str]:
-        with self._lock:
-            items = sorted((k, (list(c), t[0])) for k, (c, t) in self._series.items())
-        lines = []
-        for key, (counts, total) in items:
-            cumulative = 0
-            for bound, n in zip(self.buckets, counts):
-                cumulative += n
-                labels = _labels((*self.label_names, "le"), (*key, format_value(bound)))
-                lines.append(f"{self.name}_bucket{labels} {cumulative}")
-            labels = _labels(self.label_names, key)
-            lines.append(f"{self.name}_sum{labels} {format_value(total)}")
-            lines.append(f"{self.name}_count{labels} {cumulative}")
-        return lines
+        return int(self._sample(f"{self.name}_count", labels) or 0)
 
 
-class Registry:
+class Registry(Collector):
     """The families one endpoint serves, in registration order."""
 
     def __init__(self) -> None:
         self._families: dict[str, MetricFamily] = {}
         self._lock = threading.Lock()
+        #: What ``prometheus-client`` serves and renders: this registry's families.
+        self.collector_registry = CollectorRegistry(auto_describe=False)
+        self.collector_registry.register(self)
 
     def register(self, family: MetricFamily) -> MetricFamily:
         with self._lock:
@@ -203,21 +161,12 @@ class Registry:
         with self._lock:
             return list(self._families.values())
 
-    def render(self) -> str:
-        lines: list[str] = []
+    def collect(self) -> Iterator[Metric]:
         for family in self.families():
-            lines += family.render()
-        return "\n".join(lines) + "\n"
+            yield from family.collect()
+
+    def render(self) -> str:
+        return pc.generate_latest(self.collector_registry).decode("utf-8")
 
 
-__all__ = [
-    "CONTENT_TYPE",
-    "Counter",
-    "Gauge",
-    "Histogram",
-    "MetricFamily",
-    "Registry",
-    "escape_help",
-    "escape_label_value",
-    "format_value",
-]
+__all__ = ["CONTENT_TYPE", "Counter", "Gauge", "Histogram", "MetricFamily", "Registry"]

@@ -10,8 +10,8 @@ from collections.abc import Iterable, Sequence
 from calving.commit.errors import InvalidTablePropertyError
 from calving.commit.maintenance.compaction_plan import DEFAULT_TARGET_FILE_BYTES
 from calving.commit.maintenance.health import TableHealth, table_health
-from calving.commit.table.ledger import LEDGER_PREFIX, all_ledgers
 from calving.commit.spec.properties import TARGET_FILE_SIZE_BYTES
+from calving.commit.table.ledger import LEDGER_PREFIX, all_ledgers
 from calving.commit.table.table import Table
 from calving.ingest.config.type_strings import type_text
 

@@ -25,12 +25,12 @@ from pathlib import Path
 from calving.commit.catalog.base import Catalog, parse_ident
 from calving.commit.errors import CalvingError, ConfigError, InvalidTablePropertyError
 from calving.commit.io import FileIO
+from calving.commit.spec.properties import FIX_HINT, KNOWN, PathProperty
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.committer import commit_action
 from calving.commit.table.ledger import LEDGER_PREFIX
 from calving.commit.table.loading import load_metadata
 from calving.commit.table.outcomes import Committed, Skipped
-from calving.commit.spec.properties import FIX_HINT, KNOWN, PathProperty
 
 COMMANDS = ("set-property", "unset-property")
 

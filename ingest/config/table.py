@@ -29,11 +29,11 @@ from calving.commit.catalog.base import check_ident
 from calving.commit.errors import CalvingError, ConfigError, InvalidTablePropertyError
 from calving.commit.io import to_uri
 from calving.commit.spec.partition import PartitionSpec, PartitionSpecBuilder
+from calving.commit.spec.properties import FIX_HINT, KNOWN
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.transforms import IDENTITY, Transform, bucket, truncate
 from calving.commit.spec.types import IcebergType, NestedField
 from calving.commit.table.ledger import LEDGER_PREFIX
-from calving.commit.spec.properties import FIX_HINT, KNOWN
 from calving.ingest.config.catalog import (
     CATALOG_KEYS,
     CATALOG_TYPES,

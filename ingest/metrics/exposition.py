@@ -60,7 +60,7 @@ class MetricFamily:
         return None if value is None else float(value)
 
     def collect(self) -> Iterable[Metric]:
-        return self._metric.collect()  # type: ignore[no-any-return]
+        return self._metric.collect()
 
 
 class Counter(MetricFamily):

@@ -38,11 +38,11 @@ from calving.commit.spec import row_lineage as rl
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.partition import PartitionSpec
+from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.sort_order import UNSORTED, SortOrder
 from calving.commit.table import scan
 from calving.commit.table.data_files import read_data_file, top_level_field_ids
-from calving.commit.spec.properties import TableProperties
 from calving.ingest.write.arrow_schema import schema_to_arrow
 from calving.ingest.write.parquet_writer import write_data_file
 from calving.ingest.write.sort_rows import sort_indices

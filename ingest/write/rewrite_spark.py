@@ -27,9 +27,9 @@ from calving.commit.spec import position_map as pm
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.partition import PartitionSpec
+from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.sort_order import UNSORTED, SortOrder
-from calving.commit.spec.properties import TableProperties
 from calving.ingest.write.rewrite import (
     RewriteInput,
     data_sequence_numbers,

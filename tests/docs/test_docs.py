@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from markdown.extensions.toc import slugify
 
-from calving.commit.table.properties import KNOWN, BoolProperty, IntProperty
+from calving.commit.spec.properties import KNOWN, BoolProperty, IntProperty
 from calving.ingest.config import loader
 from calving.ingest.config.reader import Section
 from calving.ingest.metrics import LOG_FIELDS, METRICS

@@ -18,13 +18,13 @@ from pyiceberg.table.puffin import PuffinFile
 
 from calving.commit.maintenance.column_stats import collect_statistics
 from calving.commit.spec.partition import UNPARTITIONED
+from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.types import INT, primitive_from_string
 from calving.commit.spec.values import arrow_to_bytes, to_bytes
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
-from calving.commit.spec.properties import TableProperties
 from calving.commit.table.table import Table
 from calving.ingest.write.arrow_schema import primitive_to_arrow
 from calving.ingest.write.parquet_writer import write_data_file

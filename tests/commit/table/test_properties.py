@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from calving.commit.errors import InvalidTablePropertyError
-from calving.commit.table.committer import RetryPolicy
 from calving.commit.spec.properties import KNOWN, TableProperties, validate_properties
+from calving.commit.table.committer import RetryPolicy
 
 
 def test_defaults_are_icebergs() -> None:

@@ -29,6 +29,7 @@ from typing import Any
 from calving import __version__
 from calving.commit.errors import ConfigError
 from calving.ingest.errors import Secrets, report_error
+from calving.ingest.worker_python import use_this_python
 
 log = logging.getLogger("calving.cli")
 
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     secrets = Secrets()
     _setup_logging(args.verbose, secrets)
     # Spark's Python workers must run this interpreter (it has calving's dependencies).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    use_this_python()
     try:
         if args.command == "demo":
             return _demo(args)

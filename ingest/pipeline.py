@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import re
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,7 +35,8 @@ from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
 from calving.ingest.sink.many.sink import ManyTablesSink
 from calving.ingest.sink.many.transactions import TransactionTracker
-from calving.ingest.sink.path_choice import PathChoice, choose_path
+from calving.ingest.sink.path_choice import PathChoice, SourcePlan, choose_path
+from calving.ingest.worker_python import use_this_python
 
 if TYPE_CHECKING:
     from calving.ingest.maintain import Maintainer
@@ -88,10 +88,20 @@ _QUIET_LOGGERS = {
 }
 
 
+LOOPBACK = "127.0.0.1"
+#: Session settings of a ``local`` master that calving starts (``[spark.conf]`` wins).
+LOCAL_DEFAULTS = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.driver.bindAddress": LOOPBACK,
+    "spark.driver.host": LOOPBACK,
+}
+
+
 def spark_session(cfg: SparkConfig, log_level: str = "WARN") -> Any:
     """The Spark session for ``cfg``. Under ``spark-submit`` (a JVM gateway already set
     up) the submitted master and settings win; ``[spark]`` only adds its ``conf``."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    use_this_python()
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(cfg.app_name)
@@ -101,10 +111,12 @@ def spark_session(cfg: SparkConfig, log_level: str = "WARN") -> Any:
         # driver Spark treats like a shell shows one otherwise); [spark.conf] overrides.
         builder = builder.master(cfg.master).config("spark.ui.showConsoleProgress", "false")
     if cfg.master.startswith("local") and not submitted:
-        # A local driver needs no web UI and few shuffle partitions; [spark.conf] overrides.
-        builder = builder.config("spark.ui.enabled", "false").config(
-            "spark.sql.shuffle.partitions", "2"
-        )
+        # A local driver needs no web UI, few shuffle partitions and no address beyond
+        # loopback (Spark binds the driver to the host's network address otherwise, and
+        # a web UI to every interface); [spark.conf] and SPARK_LOCAL_IP override.
+        os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+        for key, value in LOCAL_DEFAULTS.items():
+            builder = builder.config(key, value)
     for key, value in cfg.conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -158,6 +170,25 @@ def sample_records(source: SourceConfig, per_partition: int = SAMPLE_PER_PARTITI
     return pa.Table.from_batches(batches, schema=schema).select(["key", "value"])
 
 
+def kafka_frame(
+    spark: Any, options: dict[str, str], ledger: dict[tuple[str, int], int] | None = None
+) -> Any:
+    """The streaming DataFrame of the ``calving-kafka`` source with ``options`` (registered
+    on ``spark`` first), starting from ``ledger`` (a writer's next offsets) where it is
+    ahead of Spark's checkpoint."""
+    from calving.ingest.kafka.source import KafkaSource
+
+    if id(spark) not in _registered_sources:
+        spark.dataSource.register(KafkaSource)
+        _registered_sources.add(id(spark))
+    reader = spark.readStream.format("calving-kafka")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    if ledger:
+        reader = reader.option("calving.startingLedger", json.dumps(offsets_to_json(ledger)))
+    return reader.load()
+
+
 @dataclass
 class Pipeline:
     """A configured pipeline, ready to start: ``run()`` blocks until the query ends."""
@@ -186,19 +217,8 @@ class Pipeline:
     def source_frame(self) -> Any:
         """The streaming DataFrame of the configured Kafka source, never reading below
         the table's ledger for this writer."""
-        from calving.ingest.kafka.source import KafkaSource
-
-        if id(self.spark) not in _registered_sources:
-            self.spark.dataSource.register(KafkaSource)
-            _registered_sources.add(id(self.spark))
-        reader = self.spark.readStream.format("calving-kafka")
-        options = {**self.config.source.spark_options(), **self.path.source_options}
-        for key, value in options.items():
-            reader = reader.option(key, value)
-        ledger = self.sink.starting_ledger()
-        if ledger:
-            reader = reader.option("calving.startingLedger", json.dumps(offsets_to_json(ledger)))
-        return reader.load()
+        plan = SourcePlan(self.config.source, self.path)
+        return kafka_frame(self.spark, plan.spark_options(), self.sink.starting_ledger())
 
     def start(self, available_now: bool = False) -> Any:
         """Start the streaming query (a processing-time trigger, or drain what is

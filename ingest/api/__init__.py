@@ -6,7 +6,9 @@ The installed package maps three folders of the source tree (see ``pyproject.tom
 ``calving.ingest`` (Kafka -> Spark -> data files, the CLI).
 
 For your own PySpark job: ``df.writeStream.foreachBatch(calving.sink(...))`` (see
-``calving.foreach_batch``), on DataFrames with the Kafka source's columns or of decoded rows.
+``calving.foreach_batch``), on DataFrames with the Kafka source's columns or of decoded rows;
+``calving.kafka_stream(spark, sink)`` is the Kafka DataFrame for such a sink (see
+``calving.kafka_source``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,12 @@ __version__ = "0.2.0"
 if TYPE_CHECKING:
     from calving.commit.errors import CalvingError, ConfigError, SchemaError, StaleWriterError
     from calving.foreach_batch import sink, sink_config
+    from calving.kafka_source import kafka_stream
 
 _LAZY = {
     "sink": "calving.foreach_batch",
     "sink_config": "calving.foreach_batch",
+    "kafka_stream": "calving.kafka_source",
     "CalvingError": "calving.commit.errors",
     "ConfigError": "calving.commit.errors",
     "SchemaError": "calving.commit.errors",
@@ -46,6 +50,7 @@ __all__ = [
     "SchemaError",
     "StaleWriterError",
     "__version__",
+    "kafka_stream",
     "sink",
     "sink_config",
 ]

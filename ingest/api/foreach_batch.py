@@ -21,7 +21,9 @@ from typing import Any
 from calving.commit.errors import ConfigError
 from calving.ingest.config.loader import CalvingConfig, parse_config, read_toml
 from calving.ingest.sink.coordinator import BatchStats
+from calving.ingest.sink.path_choice import SourcePlan
 from calving.ingest.sink.rows import RowsOptions, RowsSink
+from calving.ingest.worker_python import use_this_python
 
 #: Stand-ins for the sections a foreachBatch sink never reads (the job has its own
 #: source and checkpoint); the Kafka source's schema inference does need a real [source].
@@ -73,7 +75,15 @@ def sink(
 
     ``op_column`` / ``order_column`` / ``input`` shape DataFrames of decoded rows (see
     ``calving.ingest.sink.rows``). Every error is a ``calving.ConfigError``.
+
+    ``source``: a ``[source]`` mapping (Kafka brokers, topics ...): ``calving.kafka_stream
+    (spark, sink)`` then reads it the way ``calving run`` does.
+
+    Spark's Python workers need calving: unless ``PYSPARK_PYTHON`` is set, they are
+    made to run this interpreter (also in a SparkContext that already runs; see
+    ``calving.ingest.worker_python``).
     """
+    use_this_python()
     rows = RowsOptions(op_column=op_column, order_column=order_column, input=input)
     cfg = sink_config(
         config,
@@ -84,11 +94,18 @@ def sink(
         environ=environ,
         **options,
     )
-    from calving.ingest.pipeline import build_sink
+    from calving.ingest.pipeline import build_sink, path_for
 
     built = build_sink(cfg, on_batch=on_batch, sink_class=RowsSink, rows=rows)
     assert isinstance(built, RowsSink)
+    if has_source(cfg):
+        built.source_plan = SourcePlan(cfg.source, path_for(cfg, built.table))
     return built
+
+
+def has_source(cfg: CalvingConfig) -> bool:
+    """Whether ``cfg`` came with a real ``[source]`` (not the stand-in ``_parse`` adds)."""
+    return cfg.source.bootstrap_servers != _UNUSED_SOURCE["bootstrap_servers"]
 
 
 def sink_config(
@@ -167,4 +184,4 @@ def _plain(value: Any) -> Any:
     return value
 
 
-__all__ = ["sink", "sink_config"]
+__all__ = ["has_source", "sink", "sink_config"]

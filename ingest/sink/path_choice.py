@@ -50,6 +50,18 @@ class PathChoice:
         return {"calving.emit": "ranges", "calving.splitRanges": "false"}
 
 
+@dataclass(frozen=True)
+class SourcePlan:
+    """A sink's Kafka source and the path its records take: the options of the
+    ``calving-kafka`` stream that feeds it (``calving.kafka_stream``)."""
+
+    source: SourceConfig
+    path: PathChoice
+
+    def spark_options(self) -> dict[str, str]:
+        return {**self.source.spark_options(), **self.path.source_options}
+
+
 def choose_path(
     configured: str, source: SourceConfig, fmt: FormatConfig, keyed: bool
 ) -> PathChoice:

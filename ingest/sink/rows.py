@@ -41,6 +41,7 @@ from calving.ingest.sink.executor import (
 )
 from calving.ingest.sink.foreach_batch import CalvingSink, is_range_frame
 from calving.ingest.sink.messages import DataFileWritten, Message, RowsSeen, encode
+from calving.ingest.sink.path_choice import SourcePlan
 from calving.ingest.sink.spark_types import spark_schema
 from calving.ingest.write.arrow_schema import schema_to_arrow
 
@@ -93,6 +94,9 @@ class RowsSink(CalvingSink):
     def __init__(self, *args: Any, rows: RowsOptions | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.rows = rows or RowsOptions()
+        #: The Kafka source this sink was configured with (``calving.sink(source=...)``
+        #: or a config's ``[source]``), read by ``calving.kafka_stream``; None without one.
+        self.source_plan: SourcePlan | None = None
         if self.rows.op_column and not self.table.metadata.schema.identifier_field_ids:
             raise ConfigError(
                 f"op_column: table {self.table.name} has no identifier fields; deletes and "

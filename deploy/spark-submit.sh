@@ -31,7 +31,10 @@
 #
 # Environment (all optional):
 #   PYTHON                 interpreter that builds the zip and, by default, runs the driver
-#                          and the executors' Python workers (default: python3)
+#                          and the executors' Python workers. Default: the first of these
+#                          that imports pyspark and calving: the active virtualenv's
+#                          ($VIRTUAL_ENV), this checkout's .venv, the interpreter of the
+#                          `calving` command on PATH, python3
 #   SPARK_HOME             default: the directory of $PYTHON's pip-installed pyspark
 #   SPARK_MASTER_URL       added as --master unless the options contain --master; without
 #                          either, spark-submit uses spark-defaults.conf or local[*]
@@ -60,7 +63,9 @@ set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/.." && pwd)
-PYTHON=${PYTHON:-python3}
+# shellcheck source=standalone/common.sh
+. "$here/standalone/common.sh"
+calving_find_python
 
 # ---------------------------------------------------------------- arguments
 spark_args=()
@@ -145,7 +150,7 @@ fi
 python_path=$("$PYTHON" -c 'import sys; print(sys.executable)')
 if [ -z "${SPARK_HOME:-}" ]; then
   if ! SPARK_HOME=$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'); then
-    echo "error: cannot import pyspark with $PYTHON; pip install '.[ingest,postgres]' or set SPARK_HOME" >&2
+    echo "error: cannot import pyspark with $PYTHON; pip install '.[ingest,postgres]' or set PYTHON or SPARK_HOME" >&2
     exit 1
   fi
 fi

@@ -3,7 +3,10 @@
 #
 # Resolves SPARK_HOME and the directories Spark's daemons write to:
 #
-#   PYTHON          interpreter whose pip-installed pyspark provides Spark (default: python3)
+#   PYTHON          interpreter whose pip-installed pyspark provides Spark. Default: the
+#                   first of these that imports pyspark and calving: the active
+#                   virtualenv's ($VIRTUAL_ENV), the checkout's .venv, the interpreter of
+#                   the `calving` command on PATH, python3 (calving_find_python)
 #   SPARK_HOME      default: the directory of that interpreter's pyspark package, i.e.
 #                   python -c 'import pyspark,os;print(os.path.dirname(pyspark.__file__))'
 #   CALVING_SPARK_DIR  parent of the default log/pid/work directories
@@ -20,12 +23,37 @@
 #                   its command line). Master, workers and every driver need the same
 #                   secret: see deploy/README.md, "Authentication".
 
+# calving_find_python: set PYTHON, unless it is set, to the first interpreter that imports
+# both pyspark and calving: $VIRTUAL_ENV/bin/python, the checkout's .venv/bin/python, the
+# interpreter named on the first line of the `calving` command found on PATH (pip writes
+# it there), python3. With none of them, PYTHON=python3 (and the caller's error names it).
+calving_find_python() {
+  if [ -n "${PYTHON:-}" ]; then return 0; fi
+  local checkout first candidate
+  checkout=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  local candidates=()
+  if [ -n "${VIRTUAL_ENV:-}" ]; then candidates+=("$VIRTUAL_ENV/bin/python"); fi
+  candidates+=("$checkout/.venv/bin/python")
+  if command -v calving >/dev/null 2>&1; then
+    IFS= read -r first <"$(command -v calving)" || true
+    if [[ $first == '#!/'* ]]; then candidates+=("${first#'#!'}"); fi
+  fi
+  candidates+=(python3)
+  for candidate in "${candidates[@]}"; do
+    if "$candidate" -c 'import pyspark, calving' >/dev/null 2>&1; then
+      PYTHON=$candidate
+      return 0
+    fi
+  done
+  PYTHON=python3
+}
+
 calving_spark_env() {
-  PYTHON=${PYTHON:-python3}
+  calving_find_python
   if [ -z "${SPARK_HOME:-}" ]; then
     if ! SPARK_HOME=$("$PYTHON" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))'); then
       echo "error: cannot import pyspark with $PYTHON; install calving's ingest extra" \
-        "(pip install 'calving[ingest]') or set SPARK_HOME" >&2
+        "(pip install 'calving[ingest]') or set PYTHON or SPARK_HOME" >&2
       exit 1
     fi
   fi
@@ -69,12 +97,6 @@ calving_auth() {
     calving_java_opt "$1" spark.authenticate true
     export _SPARK_AUTH_SECRET=$CALVING_SPARK_AUTH_SECRET
   fi
-}
-
-# The first of `hostname -f`, `hostname`, `uname -n` that answers (Spark's own default
-# for the master host is `hostname -f`).
-calving_default_host() {
-  hostname -f 2>/dev/null || hostname 2>/dev/null || uname -n
 }
 
 # calving_launch CLASS INSTANCE ARGS...: run a Spark daemon class.

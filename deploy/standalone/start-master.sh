@@ -9,7 +9,8 @@
 # Environment (all optional):
 #   SPARK_MASTER_HOST        host name or IP the master binds to and advertises in its URL
 #                            spark://HOST:PORT. Workers, drivers and executors must be able
-#                            to resolve and reach it (default: `hostname -f`).
+#                            to resolve and reach it. Default: 127.0.0.1 (workers and drivers
+#                            on this host only): set it for a cluster of several hosts.
 #   SPARK_MASTER_PORT        RPC port (default: 7077)
 #   SPARK_MASTER_WEBUI_PORT  web UI port (default: 8080)
 #   SPARK_LOCAL_IP           address the web UI binds to (default: SPARK_MASTER_HOST). Spark
@@ -32,7 +33,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 . "$here/common.sh"
 calving_spark_env
 
-SPARK_MASTER_HOST=${SPARK_MASTER_HOST:-$(calving_default_host)}
+SPARK_MASTER_HOST=${SPARK_MASTER_HOST:-127.0.0.1}  # loopback unless told otherwise
 SPARK_MASTER_PORT=${SPARK_MASTER_PORT:-7077}
 SPARK_MASTER_WEBUI_PORT=${SPARK_MASTER_WEBUI_PORT:-8080}
 export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-$SPARK_MASTER_HOST}

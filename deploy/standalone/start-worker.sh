@@ -9,10 +9,10 @@
 # Environment (all optional unless noted):
 #   SPARK_MASTER_URL       the master URL when none is given as the first argument (required then)
 #   SPARK_WORKER_HOST      host name or IP the worker binds to and advertises; executors on
-#                          this worker are reached by the driver under it (default: Spark's
-#                          choice, the host's address)
-#   SPARK_LOCAL_IP         address the worker's web UI binds to (default: SPARK_WORKER_HOST
-#                          if set; with neither, Spark binds the UI to every interface)
+#                          this worker are reached by the driver under it. Default:
+#                          127.0.0.1, which only a master and drivers on this host can reach:
+#                          set it to the host's name or address for a cluster of several hosts
+#   SPARK_LOCAL_IP         address the worker's web UI binds to (default: SPARK_WORKER_HOST)
 #   SPARK_WORKER_CORES     cores offered to executors (default: all of the host's)
 #   SPARK_WORKER_MEMORY    memory offered to executors, e.g. 8g (default: host memory - 1g).
 #                          Python workers of the executors use memory beyond this: leave room.
@@ -60,15 +60,15 @@ webui_port=${SPARK_WORKER_WEBUI_PORT:-$((8081 + instance - 1))}
 
 calving_java_opt SPARK_WORKER_OPTS spark.worker.preferConfiguredMasterAddress true
 calving_auth SPARK_WORKER_OPTS
-if [ -n "${SPARK_WORKER_HOST:-}" ]; then
-  export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-$SPARK_WORKER_HOST}
-fi
+# Loopback unless told otherwise: Spark would advertise the host's network address and
+# bind the web UI to every interface.
+SPARK_WORKER_HOST=${SPARK_WORKER_HOST:-127.0.0.1}
+export SPARK_LOCAL_IP=${SPARK_LOCAL_IP:-$SPARK_WORKER_HOST}
 
-args=(--webui-port "$webui_port" --work-dir "$SPARK_WORKER_DIR")
-if [ -n "${SPARK_WORKER_HOST:-}" ]; then args+=(--host "$SPARK_WORKER_HOST"); fi
+args=(--webui-port "$webui_port" --work-dir "$SPARK_WORKER_DIR" --host "$SPARK_WORKER_HOST")
 if [ -n "${SPARK_WORKER_PORT:-}" ]; then args+=(--port "$SPARK_WORKER_PORT"); fi
 if [ -n "${SPARK_WORKER_CORES:-}" ]; then args+=(--cores "$SPARK_WORKER_CORES"); fi
 if [ -n "${SPARK_WORKER_MEMORY:-}" ]; then args+=(--memory "$SPARK_WORKER_MEMORY"); fi
 
-echo "spark worker $instance -> $master, SPARK_HOME=$SPARK_HOME" >&2
+echo "spark worker $instance on $SPARK_WORKER_HOST (web UI $SPARK_LOCAL_IP:$webui_port) -> $master, SPARK_HOME=$SPARK_HOME" >&2
 calving_launch org.apache.spark.deploy.worker.Worker "$instance" "${args[@]}" "$@" "$master"

@@ -154,8 +154,8 @@ def test_script_is_strict_bash_and_documents_its_variables(script: Path) -> None
         )
     assert len(header.split("\n")) >= 3, "no comment block at the top"
     documented = header
-    if "common.sh" in text and script.name != "common.sh":
-        documented += documented_header((script.parent / "common.sh").read_text(encoding="utf-8"))
+    for sourced in re.findall(r'^\. "\$here/([^"]+)"$', text, re.MULTILINE):
+        documented += documented_header((script.parent / sourced).read_text(encoding="utf-8"))
     undocumented = sorted(
         name for name in env_vars_with_defaults(text) - UNDOCUMENTED_OK if name not in documented
     )

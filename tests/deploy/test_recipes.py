@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -98,10 +100,20 @@ def test_worker_ui_binds_to_the_worker_host(fake_spark: dict[str, str]) -> None:
     assert call_envs(fake_spark)[0]["SPARK_LOCAL_IP"] == "10.0.0.5"
 
 
-def test_worker_without_a_host_leaves_spark_local_ip_alone(fake_spark: dict[str, str]) -> None:
-    result = run("standalone/start-worker.sh", fake_spark, "spark://m1:7077")
+def test_worker_binds_to_loopback_unless_told_otherwise(fake_spark: dict[str, str]) -> None:
+    result = run("standalone/start-worker.sh", fake_spark, "spark://127.0.0.1:7077")
     assert result.returncode == 0, result.stderr
-    assert call_envs(fake_spark)[0]["SPARK_LOCAL_IP"] == ""
+    assert call_envs(fake_spark)[0]["SPARK_LOCAL_IP"] == "127.0.0.1"  # the web UI
+    [call] = calls(fake_spark)
+    assert call[call.index("--host") + 1] == "127.0.0.1"  # RPC, and the advertised address
+
+
+def test_master_binds_to_loopback_unless_told_otherwise(fake_spark: dict[str, str]) -> None:
+    result = run("standalone/start-master.sh", fake_spark)
+    assert result.returncode == 0, result.stderr
+    assert call_envs(fake_spark)[0]["SPARK_LOCAL_IP"] == "127.0.0.1"
+    [call] = calls(fake_spark)
+    assert call[call.index("--host") + 1] == "127.0.0.1"
 
 
 # ---------------------------------------------------------------- spark.authenticate
@@ -252,6 +264,97 @@ def test_driver_ui_binds_to_the_driver_address(
 ) -> None:
     submit(fake_spark, tmp_path, *options, **extra)
     assert call_envs(fake_spark)[0]["SPARK_LOCAL_IP"] == expected
+
+
+# ---------------------------------------------------------------- which Python
+
+
+def _checkout_copy(tmp_path: Path) -> Path:
+    """deploy/ and what spark-submit.sh reads from the checkout (pyproject.toml, the
+    packages it zips, config/log4j2.properties), copied without a .venv."""
+    copy = tmp_path / "checkout"
+    for name in ("deploy", "commit", "ingest"):
+        shutil.copytree(REPO / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    (copy / "config").mkdir()
+    shutil.copy(REPO / "config" / "log4j2.properties", copy / "config")
+    shutil.copy(REPO / "pyproject.toml", copy)
+    return copy
+
+
+def _path_without_calving(tmp_path: Path) -> str:
+    """A PATH whose python3 lacks pyspark and calving (a stand-in that fails to import
+    them and answers anything else with its path)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    python3 = bin_dir / "python3"
+    python3.write_text(
+        "#!/bin/sh\n"
+        'case "$*" in *pyspark* | *calving*) echo "No module named pyspark" >&2; exit 1 ;; esac\n'
+        'echo "$0"\n'
+    )
+    python3.chmod(0o755)
+    return f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin"
+
+
+def _submit_from(copy: Path, env: dict[str, str], tmp_path: Path) -> Any:
+    config = tmp_path / "pipeline.toml"
+    config.write_text("")
+    return subprocess.run(
+        ["bash", str(copy / "deploy" / "spark-submit.sh"), "--", str(config)],
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_spark_submit_finds_the_python_of_the_calving_command(
+    fake_spark: dict[str, str], tmp_path: Path
+) -> None:
+    """No PYTHON, no virtualenv, python3 without pyspark: the interpreter pip wrote into
+    the installed `calving` command is used for the zip, the driver and the workers."""
+    copy = _checkout_copy(tmp_path)
+    tools = tmp_path / "installed"
+    tools.mkdir()
+    (tools / "calving").write_text(f"#!{sys.executable}\nimport calving\n")
+    (tools / "calving").chmod(0o755)
+    env = {k: v for k, v in fake_spark.items() if k not in ("PYTHON", "SPARK_HOME")}
+    env["PATH"] = f"{tools}{os.pathsep}{_path_without_calving(tmp_path)}"
+    env["SPARK_HOME"] = fake_spark["SPARK_HOME"]
+    result = _submit_from(copy, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    [call] = calls(fake_spark)
+    expected = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.executable)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert f"spark.pyspark.python={expected}" in confs(call)
+    assert f"spark.pyspark.driver.python={expected}" in confs(call)
+
+
+def test_spark_submit_prefers_the_checkouts_venv(fake_spark: dict[str, str], tmp_path: Path) -> None:
+    copy = _checkout_copy(tmp_path)
+    (copy / ".venv").symlink_to(sys.prefix)
+    env = {k: v for k, v in fake_spark.items() if k != "PYTHON"}
+    env["PATH"] = _path_without_calving(tmp_path)
+    result = _submit_from(copy, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    chosen = [c for c in confs(calls(fake_spark)[0]) if c.startswith("spark.pyspark.python=")]
+    assert chosen == [f"spark.pyspark.python={copy}/.venv/bin/python"]
+
+
+def test_an_explicit_python_is_not_second_guessed(
+    fake_spark: dict[str, str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in fake_spark.items() if k != "SPARK_HOME"}
+    env["PATH"] = _path_without_calving(tmp_path)
+    result = _submit_from(REPO, {**env, "PYTHON": "python3"}, tmp_path)
+    assert result.returncode == 1
+    assert "cannot import pyspark with python3" in result.stderr
+    assert calls(fake_spark) == []
 
 
 # ---------------------------------------------------------------- config/

@@ -104,7 +104,7 @@ def _section(
     text = parser.description or help_text
     if text:
         out += [_cell(text), ""]
-    out += ["```", _usage(parser), "```", ""]
+    out += ["```text", _usage(parser), "```", ""]
     options = _options(parser)
     if options:
         out += options + [""]

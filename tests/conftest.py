@@ -1,14 +1,31 @@
-"""Shared fixtures: catalogs on SQLite / PostgreSQL / the filesystem, FileIO."""
+"""Shared fixtures: catalogs on SQLite / PostgreSQL / the filesystem, FileIO, and the
+session's embedded Kafka broker."""
 
 from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from calving.commit.catalog import FilesystemCatalog, SqlCatalog
 from calving.commit.io import FileIO
+
+if TYPE_CHECKING:
+    from calving.ingest.kafka.broker import EmbeddedBroker
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
+    """The embedded Tansu broker, shared by the whole session (tests/ingest and the
+    documentation's examples); its log is in the session's temp folder."""
+    from calving.ingest.kafka.broker import EmbeddedBroker
+
+    log = tmp_path_factory.mktemp("broker") / "tansu.log"
+    with EmbeddedBroker(log_path=log) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

@@ -1,10 +1,13 @@
-"""calving as a foreachBatch sink in your own PySpark job (the README's example).
+"""calving as a foreachBatch sink in your own PySpark job (the foreachBatch guide's
+example of decoded rows).
 
 A file stream of decoded order events (JSON lines with an ``op`` column) is upserted
 and deleted into an Iceberg v3 table keyed by ``id``, exactly once per Spark batch id.
-Then the table is read back with pyiceberg and compared with the expected rows.
+Then the table is read back with pyiceberg (the ``demo`` extra) and compared with the
+expected rows. No environment variable is needed: ``calving.sink()`` makes Spark's
+Python workers run this interpreter unless ``PYSPARK_PYTHON`` says otherwise.
 
-    python deploy/examples/foreach_batch_example.py [WORKDIR]
+    .venv/bin/python deploy/examples/foreach_batch_example.py [WORKDIR]
 """
 
 import json
@@ -36,6 +39,8 @@ for i, batch in enumerate(events):
 
 spark = (
     SparkSession.builder.master("local[2]")
+    .config("spark.driver.host", "127.0.0.1")  # a job on one machine: loopback only
+    .config("spark.driver.bindAddress", "127.0.0.1")
     .config("spark.ui.enabled", "false")
     .config("spark.sql.shuffle.partitions", "2")
     .getOrCreate()

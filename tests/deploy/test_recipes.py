@@ -335,7 +335,9 @@ def test_spark_submit_finds_the_python_of_the_calving_command(
     assert f"spark.pyspark.driver.python={expected}" in confs(call)
 
 
-def test_spark_submit_prefers_the_checkouts_venv(fake_spark: dict[str, str], tmp_path: Path) -> None:
+def test_spark_submit_prefers_the_checkouts_venv(
+    fake_spark: dict[str, str], tmp_path: Path
+) -> None:
     copy = _checkout_copy(tmp_path)
     (copy / ".venv").symlink_to(sys.prefix)
     env = {k: v for k, v in fake_spark.items() if k != "PYTHON"}

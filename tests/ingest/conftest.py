@@ -1,5 +1,6 @@
-"""Fixtures for ingest tests: one embedded Kafka broker and one SparkSession per test
-session (both are slow to start), and unique names so tests never share a topic."""
+"""Fixtures for ingest tests: one SparkSession per test session (slow to start), and
+unique names so tests never share a topic; the session's embedded Kafka broker
+(``broker``) is in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -21,17 +22,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def unique_name(prefix: str = "t") -> str:
     """A topic (or table, query) name no other test uses."""
     return f"{prefix}_{uuid.uuid4().hex[:10]}"
-
-
-@pytest.fixture(scope="session")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedBroker]:
-    """The embedded Tansu broker, shared by the whole session; its log is in the
-    session's temp folder."""
-    from calving.ingest.kafka.broker import EmbeddedBroker
-
-    log = tmp_path_factory.mktemp("broker") / "tansu.log"
-    with EmbeddedBroker(log_path=log) as running:
-        yield running
 
 
 @pytest.fixture

@@ -1,20 +1,17 @@
 """``calving.sink(...)`` for users' own ``foreachBatch`` jobs: Kafka-column DataFrames
 from calving's source, DataFrames of decoded rows with upserts and deletes (exactly once
-per Spark batch id), one-line typed errors, and the README's example script."""
+per Spark batch id), and one-line typed errors. The example script
+(deploy/examples/foreach_batch_example.py) runs in tests/docs, as the guide prints it."""
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
 import calving
 from calving.commit.errors import ConfigError, SchemaError, StaleWriterError
 from calving.ingest.kafka.producer import produce
-from tests.ingest.conftest import REPO_ROOT
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 from tests.support.streams import PATHS, kafka_stream
 
@@ -24,7 +21,6 @@ COLUMNS = [
     {"name": "amount", "type": "double"},
 ]
 READ = ["id", "name", "amount"]
-EXAMPLE = REPO_ROOT / "deploy" / "examples" / "foreach_batch_example.py"
 
 
 def _args(tmp_path, table="db.orders", writer_id="job-1", **kw):
@@ -217,24 +213,3 @@ def test_wrong_column_type_names_the_column(spark, tmp_path):
         sink(df, 0)
     sink.table.refresh()
     assert sink.table.metadata.current_snapshot_id is None
-
-
-@pytest.mark.integration
-@pytest.mark.slow
-def test_readme_example_runs(tmp_path):
-    env = {
-        **os.environ,
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    done = subprocess.run(
-        [sys.executable, str(EXAMPLE), str(tmp_path / "work")],
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
-    assert "ok: batches 0..2 committed exactly once" in done.stdout

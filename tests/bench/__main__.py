@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
-import platform
 import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 
 from tests.bench.figures import Figure, render
+from tests.bench.record import machine
 
 FiguresFn = Callable[[bool], list[Figure]]
 
@@ -94,44 +93,13 @@ def run(
     return figures, failed
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _ram_gib() -> float | None:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) / (1024 * 1024)
-    except OSError:
-        pass
-    return None
-
-
-def _version(package: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "not installed"
-
-
 def machine_line() -> str:
-    ram = _ram_gib()
+    m = machine()
     return (
-        f"machine: {os.cpu_count()} cores, "
-        + (f"{ram:.1f} GiB RAM, " if ram is not None else "")
-        + f"{_cpu_model()}; Python {platform.python_version()}, "
-        f"pyspark {_version('pyspark')}, pyiceberg {_version('pyiceberg')}"
+        f"machine: {m['cores']} cores, "
+        + (f"{m['ram_gib']:.1f} GiB RAM, " if m["ram_gib"] is not None else "")
+        + f"{m['cpu']}; Python {m['python']}, "
+        f"pyspark {m['pyspark']}, pyiceberg {m['pyiceberg']}"
     )
 
 

@@ -8,6 +8,10 @@ so both sides do the same work. History grows by one-file commits on both sides.
 medians and ratios; ``figures`` returns them to the suite (``python -m tests.bench``).
 
     python -m tests.bench.commit_latency [--quick] [--sizes 10,100,1000] [--repeat 5]
+        [--json-out docs/benchmarks/data/commit_latency.json]
+
+``--json-out`` also writes every sample (tests.bench.record), which
+``python -m tests.bench.plots`` draws as commit latency against table age.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -28,6 +33,7 @@ from calving.commit.spec.types import LONG, STRING, NestedField
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.table import create_table
 from calving.ingest.write.parquet_writer import write_data_file
+from tests.bench import record
 from tests.bench.figures import Figure, at_most
 
 SCHEMA = Schema((NestedField(1, "id", LONG, required=True), NestedField(2, "name", STRING)))
@@ -114,6 +120,7 @@ def run(sizes: list[int], repeat: int) -> list[dict]:
                     "side": side.name,
                     "snapshots": size,
                     "median_ms": statistics.median(samples) * 1000,
+                    "samples_ms": [s * 1000 for s in samples],
                 }
             )
     return results
@@ -175,13 +182,18 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="10 and 100 snapshots only")
     ap.add_argument("--sizes", default=None)
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json-out", type=Path, help="also write the run here (tests.bench.record)")
     args = ap.parse_args(argv)
     sizes = (
         [int(s) for s in args.sizes.split(",")]
         if args.sizes
         else ([10, 100] if args.quick else [10, 100, 1000])
     )
-    print(report(run(sizes, args.repeat)))
+    results = run(sizes, args.repeat)
+    print(report(results))
+    if args.json_out is not None:
+        params = {"sizes": sizes, "repeat": args.repeat, "files_per_commit": FILES_PER_COMMIT}
+        record.write(args.json_out, "commit_latency", params, results)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,10 @@ append and Debezium keyed; Debezium keyed throughput >= 0.95x raw on ``local[2]`
 cluster workers, throughput >= 1.7x that with 1 worker.
 
     python -m tests.bench.cost [--quick] [--records N] [--setups local[1],cluster x2]
+        [--json-out docs/benchmarks/data/cost.json]
+
+``--json-out`` also writes the runs (tests.bench.record), which ``python -m
+tests.bench.plots`` draws as CPU per million records by set-up.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.bench import streaming
+from tests.bench import record, streaming
 from tests.bench.figures import Figure, at_least, at_most
 
 QUICK_RECORDS = 100_000
@@ -222,19 +226,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--records", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=0)
     ap.add_argument("--setups", default=",".join(SETUPS))
+    ap.add_argument("--json-out", type=Path, help="also write the run here (tests.bench.record)")
     args = ap.parse_args(argv)
     records = args.records or (QUICK_RECORDS if args.quick else FULL_RECORDS)
     repeat = args.repeat or (1 if args.quick else 2)
-    results = measure(args.setups.split(","), records, repeat)
+    setups = args.setups.split(",")
+    results = measure(setups, records, repeat)
     print(json.dumps(results), file=sys.stderr)
     print(render(to_figures(results)))
+    if args.json_out is not None:
+        params = {"setups": setups, "records": records, "repeat": repeat, "kinds": list(KINDS)}
+        record.write(args.json_out, "cost", params, results)
 
 
 def rerender(path: Path) -> str:
-    """The table again from a run's JSON (what ``main`` prints to stderr)."""
+    """The table again from a run's JSON (what ``main`` prints to stderr, or the
+    ``--json-out`` document)."""
     from tests.bench.figures import render
 
-    return render(to_figures(json.loads(path.read_text())))
+    doc = json.loads(path.read_text())
+    return render(to_figures(doc["results"] if "benchmark" in doc else doc))
 
 
 if __name__ == "__main__":

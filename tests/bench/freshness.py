@@ -15,7 +15,10 @@ the producer (its backlog is not committed soon after the producer stops), the
 latencies of what it did commit are reported and the note says so.
 
     python -m tests.bench.freshness [--quick] [--rates 1000,10000] [--seconds 15]
-        [--trigger "250 milliseconds"]
+        [--trigger "250 milliseconds"] [--json-out docs/benchmarks/data/freshness.json]
+
+``--json-out`` also writes each run's latency distribution (its percentiles, ``PERCENTS``),
+which ``python -m tests.bench.plots`` draws as a CDF.
 """
 
 from __future__ import annotations
@@ -23,12 +26,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tests.bench import streaming
+from tests.bench import record, streaming
 from tests.bench.figures import Figure, at_most
 
 PARTITIONS = 2
@@ -37,6 +41,8 @@ GOAL_RATE = 10_000
 GOAL_P50_S = 1.5
 GOAL_P99_S = 3.0
 LINGER_MS = 5
+#: Percentiles kept of each run's latencies (finer in the tail): the CDF of the plots.
+PERCENTS = tuple(range(100)) + tuple(99 + i / 10 for i in range(1, 10)) + (100,)
 
 
 def produce_steady(
@@ -119,6 +125,8 @@ class Run:
     commits: int
     uncommitted: int
     achieved_rate: float
+    #: Latency in seconds at each of ``PERCENTS`` (empty if nothing committed).
+    percentiles: tuple[float, ...] = ()
 
 
 def _wait_started(query: Any, timeout: float = 60) -> None:
@@ -210,6 +218,7 @@ def _latencies(
         commits=len(history),
         uncommitted=produced - len(done),
         achieved_rate=produced / seconds,
+        percentiles=tuple(float(v) for v in np.percentile(done, PERCENTS)) if len(done) else (),
     )
 
 
@@ -237,10 +246,22 @@ def figures(
     trigger: str = TRIGGER,
 ) -> list[Figure]:
     seconds = seconds or (15.0 if quick else 60.0)
+    return to_figures(measure_all(rates, seconds, trigger), seconds, trigger)
+
+
+def measure_all(rates: tuple[int, ...], seconds: float, trigger: str) -> list[dict[str, Run]]:
+    """Both sides at each rate, in turn."""
+    return [
+        {side: measure(side, rate, seconds, trigger) for side in ("calving", "pyiceberg")}
+        for rate in rates
+    ]
+
+
+def to_figures(measured: list[dict[str, Run]], seconds: float, trigger: str) -> list[Figure]:
     out: list[Figure] = []
-    for rate in rates:
-        runs = {side: measure(side, rate, seconds, trigger) for side in ("calving", "pyiceberg")}
+    for runs in measured:
         c, p = runs["calving"], runs["pyiceberg"]
+        rate = c.rate
         for side, r in runs.items():
             streaming.log(
                 "freshness",
@@ -276,17 +297,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rates", default="1000,10000")
     ap.add_argument("--seconds", type=float, default=0)
     ap.add_argument("--trigger", default=TRIGGER)
+    ap.add_argument("--json-out", type=Path, help="also write the run here (tests.bench.record)")
     args = ap.parse_args(argv)
+    rates = tuple(int(r) for r in args.rates.split(","))
+    seconds = args.seconds or (15.0 if args.quick else 60.0)
     try:
-        out = figures(
-            args.quick,
-            tuple(int(r) for r in args.rates.split(",")),
-            args.seconds or None,
-            args.trigger,
-        )
+        measured = measure_all(rates, seconds, args.trigger)
     finally:
         streaming.shutdown()
-    print(render(out))
+    print(render(to_figures(measured, seconds, args.trigger)))
+    if args.json_out is not None:
+        params = {
+            "rates": list(rates),
+            "seconds": seconds,
+            "trigger": args.trigger,
+            "partitions": PARTITIONS,
+            "percents": list(PERCENTS),
+        }
+        runs = [{"side": s, **asdict(r)} for by_side in measured for s, r in by_side.items()]
+        record.write(args.json_out, "freshness", params, runs)
 
 
 if __name__ == "__main__":

@@ -202,3 +202,10 @@ class InvalidUpdateError(Terminal):
 class LocationNotAllowedError(InvalidLocationError):
     """A table or metadata location outside the places a catalog may write or read
     (the warehouse, or the allowed prefixes of ``calving catalog serve``)."""
+
+
+class ChangeFeedError(Terminal):
+    """A change range that cannot be read exactly: a snapshot in it was expired, the
+    start is not an ancestor of the end, or a snapshot in it changed rows in a way the
+    change feed cannot see through (a rewrite that did not keep ``_row_id``s, equality
+    deletes, v2 position delete files)."""

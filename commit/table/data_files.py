@@ -1,6 +1,6 @@
 """Reading a table's Parquet data files: one opener with one error mapping, and columns
 found by Parquet field id (never by name). Used by the primary-key index, column
-statistics and the rewrite task."""
+statistics, the rewrite task and the change feed; ``project`` puts them onto a schema."""
 
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from calving.commit.errors import (
     UnsupportedFeatureError,
 )
 from calving.commit.io import FileIO
-from calving.commit.spec.arrow import FIELD_ID_KEY
+from calving.commit.spec.arrow import FIELD_ID_KEY, schema_to_arrow
 from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.json_values import default_array
+from calving.commit.spec.schema import Schema
 
 
 def top_level_field_ids(schema: pa.Schema) -> dict[int, str]:
@@ -61,3 +63,26 @@ def read_data_file(
             location, f"{table.num_rows} rows, the manifest says {data_file.record_count}"
         )
     return table
+
+
+def project(table: pa.Table, schema: Schema) -> pa.Table:
+    """A data file's rows as ``schema``'s Arrow schema, columns found by field id: a
+    column the file lacks (added to the table after the file was written) reads the
+    field's ``initial-default`` (null without one); a promoted type is cast."""
+    by_id = {
+        fid: table.schema.get_field_index(name)
+        for fid, name in top_level_field_ids(table.schema).items()
+    }
+    target = schema_to_arrow(schema)
+    columns = []
+    for field, arrow_field in zip(schema.fields, target):
+        i = by_id.get(field.field_id)
+        if i is None:
+            columns.append(
+                default_array(
+                    field.field_type, field.initial_default, table.num_rows, arrow_field.type
+                )
+            )
+        else:
+            columns.append(table.column(i).cast(arrow_field.type))
+    return pa.Table.from_arrays(columns, schema=target)

@@ -42,7 +42,7 @@ from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.sort_order import UNSORTED, SortOrder
 from calving.commit.table import scan
-from calving.commit.table.data_files import read_data_file, top_level_field_ids
+from calving.commit.table.data_files import project, read_data_file, top_level_field_ids
 from calving.ingest.write.arrow_schema import schema_to_arrow
 from calving.ingest.write.parquet_writer import write_data_file
 from calving.ingest.write.sort_rows import sort_indices
@@ -88,23 +88,7 @@ class _Rows:
 
 def read_projected(io: FileIO, data_file: DataFile, schema: Schema) -> pa.Table:
     """All rows of a Parquet data file as the table's current Arrow schema."""
-    return _project(read_data_file(io, data_file, "a rewrite"), schema)
-
-
-def _project(table: pa.Table, schema: Schema) -> pa.Table:
-    by_id = {
-        fid: table.schema.get_field_index(name)
-        for fid, name in top_level_field_ids(table.schema).items()
-    }
-    target = schema_to_arrow(schema)
-    columns = []
-    for field, arrow_field in zip(schema.fields, target):
-        i = by_id.get(field.field_id)
-        if i is None:
-            columns.append(pa.nulls(table.num_rows, arrow_field.type))
-        else:
-            columns.append(table.column(i).cast(arrow_field.type))
-    return pa.Table.from_arrays(columns, schema=target)
+    return project(read_data_file(io, data_file, "a rewrite"), schema)
 
 
 def _stored(table: pa.Table, field_id: int, survivors: pa.Array) -> pa.Array:
@@ -131,7 +115,7 @@ def _read_live(io: FileIO, index: int, item: RewriteInput, schema: Schema) -> _R
     if item.data_sequence_number is not None:
         seqs = pc.coalesce(seqs, pa.scalar(item.data_sequence_number, pa.int64()))
     return _Rows(
-        _project(raw, schema).take(at),
+        project(raw, schema).take(at),
         row_ids,
         seqs,
         np.full(len(survivors), index, dtype=np.int64),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from hypothesis import strategies as st
 from pyroaring import BitMap64
 
 from calving.commit.catalog import SqlCatalog
@@ -74,6 +75,27 @@ class Step:
 
 
 STEP_KINDS = ("batch", "compact", "batch+compact", "compact+batch")
+
+
+def steps_strategy(keys: int, max_steps: int = 7) -> st.SearchStrategy[list[Step]]:
+    """Random steps over ``keys`` keys: batches (upserts three times as likely as
+    deletes) twice as likely as each other kind."""
+    events = st.lists(
+        st.tuples(st.sampled_from(["u", "u", "u", "d"]), st.integers(0, keys - 1)),
+        min_size=1,
+        max_size=10,
+    ).map(tuple)
+    return st.lists(
+        st.one_of(
+            events.map(lambda e: Step("batch", e)),
+            events.map(lambda e: Step("batch", e)),
+            st.just(Step("compact")),
+            events.map(lambda e: Step("batch+compact", e)),
+            events.map(lambda e: Step("compact+batch", e)),
+        ),
+        min_size=1,
+        max_size=max_steps,
+    )
 
 
 # ---------------------------------------------------------------- the model
@@ -357,3 +379,16 @@ def check_lineage(history: History, book: IdentityBook) -> None:
 
 def _values(r: ref.RefRow) -> tuple[Any, ...]:
     return tuple(r.values[c] for c in COLUMNS)
+
+
+def run_history(
+    catalog: SqlCatalog, steps: Sequence[Step], *, partitioned: bool, keep: bool, keys: int = 10
+) -> tuple[History, IdentityBook]:
+    """A first batch writing keys ``0..keys-1``, then ``steps``, the lineage checked
+    after each (``keep``: the model's ``updates_keep_identity``)."""
+    first = Step("batch", tuple(("u", k) for k in range(keys)))
+    history = History(catalog, partitioned=partitioned, model=Model(updates_keep_identity=keep))
+    book = IdentityBook()
+    for step in [first, *steps]:
+        history.run(step, after=lambda h: check_lineage(h, book))
+    return history, book

@@ -23,35 +23,18 @@ from hypothesis import strategies as st
 
 from calving.commit.catalog import SqlCatalog
 from tests.support.cdc_history import (
-    Event,
     History,
-    IdentityBook,
-    Model,
     Step,
-    check_lineage,
     postgres_catalog,
+    run_history,
     sqlite_catalog,
+    steps_strategy,
 )
 
 UPDATES_KEEP_ROW_ID = False
 KEYS = 10
 
-_events = st.lists(
-    st.tuples(st.sampled_from(["u", "u", "u", "d"]), st.integers(0, KEYS - 1)),
-    min_size=1,
-    max_size=10,
-).map(tuple)
-_steps = st.lists(
-    st.one_of(
-        _events.map(lambda e: Step("batch", e)),
-        _events.map(lambda e: Step("batch", e)),
-        st.just(Step("compact")),
-        _events.map(lambda e: Step("batch+compact", e)),
-        _events.map(lambda e: Step("compact+batch", e)),
-    ),
-    min_size=1,
-    max_size=7,
-)
+_steps = steps_strategy(KEYS)
 _SETTINGS = settings(
     max_examples=10,
     deadline=None,
@@ -62,13 +45,7 @@ _SETTINGS = settings(
 def run_and_check(
     catalog: SqlCatalog, steps: Sequence[Step], partitioned: bool, keep: bool
 ) -> History:
-    # A first batch writes every key, so later steps have rows to update and delete.
-    first: tuple[Event, ...] = tuple(("u", k) for k in range(KEYS))
-    history = History(catalog, partitioned=partitioned, model=Model(updates_keep_identity=keep))
-    book = IdentityBook()
-    for step in [Step("batch", first), *steps]:
-        history.run(step, after=lambda h: check_lineage(h, book))
-    return history
+    return run_history(catalog, steps, partitioned=partitioned, keep=keep, keys=KEYS)[0]
 
 
 @_SETTINGS

@@ -5,6 +5,7 @@
     calving maintain CONFIG.toml [--once | --every DURATION] [--dry-run] [--local]
     calving catalog serve (--config F | --catalog URL --warehouse W) [--host H] [--port N]
     calving table show NAME (--config F | --catalog URI)
+    calving changes NAME --from SNAPSHOT_OR_TIME [--to ...] (--config F | --catalog URI)
     calving table set-property NAME KEY VALUE / unset-property NAME KEY (same options)
 
 Exit status: 0 on success (also after SIGTERM: the query stops between batches); 1 when
@@ -101,6 +102,9 @@ def _parser() -> argparse.ArgumentParser:
     from calving.ingest.catalog_serve import add_parsers as add_catalog_serve
 
     add_catalog_serve(sub)  # catalog serve
+    from calving.ingest.changes_cmd import add_parsers as add_changes
+
+    add_changes(sub)  # changes
     return p
 
 
@@ -145,6 +149,10 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args, secrets)
         if args.command == "maintain":
             return _maintain(args, secrets)
+        if args.command == "changes":
+            from calving.ingest.changes_cmd import main as changes
+
+            return changes(args, secrets)
         if args.command == "catalog":
             from calving.ingest.catalog_serve import main as catalog_serve
 

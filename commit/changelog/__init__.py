@@ -8,6 +8,6 @@ the rows those name (added files whole, older files only at the deleted position
 """
 
 from calving.commit.changelog.feed import CHANGE_COLUMNS, read_changes
-from calving.commit.changelog.range import ChangeRange, resolve_range
+from calving.commit.changelog.range import Bound, ChangeRange, parse_bound, resolve_range
 
-__all__ = ["CHANGE_COLUMNS", "ChangeRange", "read_changes", "resolve_range"]
+__all__ = ["CHANGE_COLUMNS", "Bound", "ChangeRange", "parse_bound", "read_changes", "resolve_range"]

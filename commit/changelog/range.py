@@ -37,7 +37,9 @@ def _utc_ms(when: dt.datetime) -> int:
     return int(when.timestamp() * 1000)
 
 
-def _describe(bound: Bound) -> str:
+def _describe(bound: Bound, none: str = "the table's first snapshot") -> str:
+    if bound is None:
+        return none
     return bound.isoformat() if isinstance(bound, dt.datetime) else f"snapshot {bound}"
 
 
@@ -84,13 +86,28 @@ def resolve_range(metadata: TableMetadata, start: Bound, end: Bound = None) -> C
         snap = metadata.snapshot_by_id(at)
         if snap is None:
             raise ChangeFeedError(
-                f"the range from {_describe(start)} to {_describe(end)} crosses snapshot {at}, "
+                f"the range from {_describe(start)} to {_describe(end, 'now')} crosses snapshot {at}, "
                 "which was expired: its changes can no longer be read"
             )
         walk.append(snap)
         at = snap.parent_snapshot_id
     if at != start_id:
         raise ChangeFeedError(
-            f"{_describe(start)} is not an ancestor of {_describe(end)} on the table's history"
+            f"{_describe(start)} is not an ancestor of {_describe(end, 'the current snapshot')} "
+            "in the table's history"
         )
     return ChangeRange(start_id, end_id, tuple(reversed(walk)))
+
+
+def parse_bound(text: str) -> Bound:
+    """A range end as written by a person: a snapshot id (digits), or an ISO-8601 time
+    (``2026-11-23T10:45:00Z``, ``2026-11-23 10:45:00+01:00``; without an offset: UTC)."""
+    text = text.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError:
+        raise ChangeFeedError(
+            f"{text!r} is neither a snapshot id nor an ISO-8601 time such as 2026-11-23T10:45:00Z"
+        ) from None

@@ -9,6 +9,8 @@ For your own PySpark job: ``df.writeStream.foreachBatch(calving.sink(...))`` (se
 ``calving.foreach_batch``), on DataFrames with the Kafka source's columns or of decoded rows;
 ``calving.kafka_stream(spark, sink)`` is the Kafka DataFrame for such a sink (see
 ``calving.kafka_source``).
+What changed in a table between two snapshots: ``calving.changes(...)`` (see
+``calving.change_feed``), a ``pyarrow.Table`` in the vocabulary of Iceberg's changelog view.
 """
 
 from __future__ import annotations
@@ -18,11 +20,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.2.0"
 
 if TYPE_CHECKING:
+    from calving.change_feed import changes
     from calving.commit.errors import CalvingError, ConfigError, SchemaError, StaleWriterError
     from calving.foreach_batch import sink, sink_config
     from calving.kafka_source import kafka_stream
 
 _LAZY = {
+    "changes": "calving.change_feed",
     "sink": "calving.foreach_batch",
     "sink_config": "calving.foreach_batch",
     "kafka_stream": "calving.kafka_source",
@@ -50,6 +54,7 @@ __all__ = [
     "SchemaError",
     "StaleWriterError",
     "__version__",
+    "changes",
     "kafka_stream",
     "sink",
     "sink_config",

@@ -7,7 +7,8 @@ the rows those name (added files whole, older files only at the deleted position
 ``feed`` pairs them by ``_row_id`` into Iceberg's changelog vocabulary and nets them.
 """
 
-from calving.commit.changelog.feed import CHANGE_COLUMNS, read_changes
+from calving.commit.changelog.columns import CHANGE_COLUMNS
+from calving.commit.changelog.feed import read_changes
 from calving.commit.changelog.range import Bound, ChangeRange, parse_bound, resolve_range
 
 __all__ = ["CHANGE_COLUMNS", "Bound", "ChangeRange", "parse_bound", "read_changes", "resolve_range"]

@@ -4,9 +4,8 @@ A snapshot's own manifests are those its manifest list names with its id as
 ``added_snapshot_id`` (their sequence number is the snapshot's): every entry the
 snapshot ADDED or DELETED is in one of them, carried manifests hold only older entries.
 From them: the data files it added (first row ids and sequence numbers inherited as the
-spec says), the data files it removed, and for every deletion vector it added the
-positions that are new (the vector minus the one it replaced, which the same snapshot
-marks DELETED).
+spec says), the data files it removed, the deletion vectors it added and those it
+replaced (the same snapshot marks them DELETED). Only those entries are decoded.
 
 Deletion vectors are the only row deletes read: a snapshot adding equality deletes or
 v2 position delete files is refused (``ChangeFeedError``), as is one removing a data
@@ -16,8 +15,6 @@ file's deletion vector while keeping the file (rows coming back).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-from pyroaring import BitMap64
 
 from calving.commit.errors import ChangeFeedError
 from calving.commit.io import FileIO
@@ -54,10 +51,10 @@ class SnapshotDelta:
     snapshot: Snapshot
     added: dict[str, FileRef] = field(default_factory=dict)
     removed: dict[str, FileRef | None] = field(default_factory=dict)  # None: look it up
-    #: data file -> positions newly deleted by the snapshot's deletion vector on it.
-    new_deletes: dict[str, BitMap64] = field(default_factory=dict)
-    #: data file -> positions its replaced (or removed) deletion vector held.
-    old_deletes: dict[str, BitMap64] = field(default_factory=dict)
+    #: data file -> the deletion vector the snapshot added for it (all its positions).
+    new_dvs: dict[str, DataFile] = field(default_factory=dict)
+    #: data file -> the deletion vector the snapshot replaced or removed with the file.
+    old_dvs: dict[str, DataFile] = field(default_factory=dict)
 
     @property
     def operation(self) -> str:
@@ -83,16 +80,12 @@ def _ref(entry: ManifestEntry) -> FileRef:
 
 
 def read_delta(io: FileIO, metadata: TableMetadata, snapshot: Snapshot) -> SnapshotDelta:
-    """The snapshot's added and removed data files and its new deletion vectors."""
+    """The snapshot's added and removed data files and deletion vectors (not read)."""
     delta = SnapshotDelta(snapshot)
-    new_dvs: dict[str, DataFile] = {}
-    old_dvs: dict[str, DataFile] = {}
     sid = snapshot.snapshot_id
-    for mf in scan.manifest_files(io, snapshot):
-        if mf.added_snapshot_id != sid:
-            continue
-        for entry in scan.manifest_entries(io, metadata, mf):
-            if entry.snapshot_id != sid or entry.status == EntryStatus.EXISTING:
+    for mf in scan.own_manifests(io, snapshot):
+        for entry in scan.changed_entries(io, metadata, mf):
+            if entry.snapshot_id != sid:
                 continue
             df = entry.data_file
             added = entry.status == EntryStatus.ADDED
@@ -100,25 +93,17 @@ def read_delta(io: FileIO, metadata: TableMetadata, snapshot: Snapshot) -> Snaps
                 if added:
                     delta.added[df.file_path] = _ref(entry)
                 else:
-                    first = df.first_row_id
-                    keep = first is not None and entry.sequence_number is not None
-                    delta.removed[df.file_path] = _ref(entry) if keep else None
+                    known = df.first_row_id is not None and entry.sequence_number is not None
+                    delta.removed[df.file_path] = _ref(entry) if known else None
                 continue
             if added:
                 _refuse_delete_file(snapshot, df)
-            target = df.referenced_data_file
-            if target is None:
-                continue  # a removed v2 position delete file: refused when it was added
-            (new_dvs if added else old_dvs)[target] = df
-    for target, dv in old_dvs.items():
-        delta.old_deletes[target] = scan.read_dv(io, dv)
-        if target not in new_dvs and target not in delta.removed:
+            if df.referenced_data_file is not None:
+                (delta.new_dvs if added else delta.old_dvs)[df.referenced_data_file] = df
+    for target in delta.old_dvs:
+        if target not in delta.new_dvs and target not in delta.removed:
             raise ChangeFeedError(
                 f"snapshot {sid} removes the deletion vector of {target} but keeps the "
                 "file: the change feed cannot tell which rows came back"
             )
-    for target, dv in new_dvs.items():
-        positions = scan.read_dv(io, dv)
-        old = delta.old_deletes.get(target)
-        delta.new_deletes[target] = positions - old if old is not None else positions
     return delta

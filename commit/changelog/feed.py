@@ -5,11 +5,16 @@ UPDATE_AFTER), ``_change_ordinal`` (the snapshot's place in the range, from 0),
 
 Per snapshot of the range (``calving.commit.changelog.delta``): the rows of the data
 files it added, less those its own deletion vectors delete, are inserted; the rows its
-deletion vectors newly delete, and the live rows of the data files it removed, are
-deleted. A ``_row_id`` on both sides is the same row: an UPDATE_BEFORE / UPDATE_AFTER
-pair when the new row's ``_last_updated_sequence_number`` moved on, and nothing when it
-did not (the row was moved unmodified, as compaction does). A ``replace`` snapshot
-must consist of such moves only: one that gave rows new ids or changed them is refused.
+deletion vectors newly delete (the vector less the one it replaced), and the live rows
+of the data files it removed, are deleted. A ``_row_id`` on both sides is the same row:
+an UPDATE_BEFORE / UPDATE_AFTER pair when the new row's
+``_last_updated_sequence_number`` moved on, and nothing when it did not (the row was
+moved unmodified, as compaction does). A ``replace`` snapshot must consist of such
+moves only: one that gave rows new ids or changed them is refused.
+
+Work is done per range, not per snapshot: every deletion vector is read once (in
+parallel), every data file once (``calving.commit.changelog.rows``), and the pairing is
+one join over the whole range.
 
 ``net``: one change per row over the whole range: its state before the range against
 its state after it (a row inserted and deleted within the range vanishes; a row
@@ -18,7 +23,8 @@ updated and updated back to its old values too), stamped with its last change.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,25 +32,48 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyroaring import BitMap64
 
+from calving.commit.changelog.columns import (
+    CHANGE_COLUMNS,
+    CHANGE_ORDINAL,
+    CHANGE_TYPE,
+    COMMIT_SNAPSHOT_ID,
+    DELETE,
+    INSERT,
+    LAST_UPDATED,
+    LINEAGE_SCHEMA,
+    POSITION,
+    ROW_ID,
+    UPDATE_AFTER,
+    UPDATE_BEFORE,
+)
 from calving.commit.changelog.delta import FileRef, SnapshotDelta, read_delta
+from calving.commit.changelog.net import net_changes
 from calving.commit.changelog.range import Bound, ChangeRange, resolve_range
-from calving.commit.changelog.rows import LAST_UPDATED, LINEAGE_SCHEMA, POSITION, ROW_ID, read_rows
+from calving.commit.changelog.rows import read_rows
 from calving.commit.errors import ChangeFeedError, SchemaError
 from calving.commit.io import FileIO
 from calving.commit.spec.arrow import schema_to_arrow
-from calving.commit.spec.data_file import ManifestContent
+from calving.commit.spec.data_file import DataFile, ManifestContent
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.snapshot import Snapshot
 from calving.commit.table import scan
 
-CHANGE_TYPE = "_change_type"
-CHANGE_ORDINAL = "_change_ordinal"
-COMMIT_SNAPSHOT_ID = "_commit_snapshot_id"
-CHANGE_COLUMNS = (CHANGE_TYPE, CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID, ROW_ID)
-INSERT, DELETE, UPDATE_BEFORE, UPDATE_AFTER = "INSERT", "DELETE", "UPDATE_BEFORE", "UPDATE_AFTER"
 _RANKED = pa.array([DELETE, UPDATE_BEFORE, UPDATE_AFTER, INSERT])  # order within a row
-_ALL = None  # every row of a file
+_EMPTY = BitMap64()
+_READ_THREADS = 8
+
+
+@dataclass(frozen=True)
+class _Item:
+    """Rows one snapshot needs from one data file: ``positions`` (None: all of them)
+    less ``minus``, as deleted or inserted rows."""
+
+    ordinal: int
+    deleted: bool
+    ref: FileRef
+    positions: BitMap64 | None
+    minus: BitMap64 = _EMPTY
 
 
 class _Directory:
@@ -52,15 +81,11 @@ class _Directory:
     adding or removing them in the range: found in the manifests of that snapshot (or
     its parent), each manifest indexed once."""
 
-    def __init__(self, io: FileIO, metadata: TableMetadata) -> None:
+    def __init__(self, io: FileIO, metadata: TableMetadata, deltas: Iterable[SnapshotDelta]):
         self.io = io
         self.metadata = metadata
-        self.refs: dict[str, FileRef] = {}
+        self.refs: dict[str, FileRef] = {p: r for d in deltas for p, r in d.added.items()}
         self.indexed: set[str] = set()
-
-    def learn(self, refs: Sequence[FileRef]) -> None:
-        for ref in refs:
-            self.refs.setdefault(ref.path, ref)
 
     def find(self, path: str, snapshot: Snapshot) -> FileRef:
         if path in self.refs:
@@ -85,150 +110,201 @@ class _Directory:
         )
 
 
-@dataclass
-class _Wanted:
-    """What one snapshot needs read: (file, positions or all) for each side."""
+def _read_dvs(io: FileIO, deltas: Sequence[SnapshotDelta]) -> dict[str, BitMap64]:
+    """The positions of every deletion vector the range needs, by Puffin location and
+    offset: each one the range added, and the ones it replaced that were there before
+    the range (a file's first change in it). Read in parallel."""
+    wanted: dict[str, DataFile] = {}
+    seen: set[str] = set()
+    for d in deltas:
+        for target in (*d.new_dvs, *d.removed):
+            if target not in seen:
+                seen.add(target)
+                old = d.old_dvs.get(target)
+                if old is not None:
+                    wanted[_dv_key(old)] = old
+        for dv in d.new_dvs.values():
+            wanted[_dv_key(dv)] = dv
+    with ThreadPoolExecutor(_READ_THREADS) as pool:
+        read = pool.map(lambda dv: scan.read_dv(io, dv), wanted.values())
+        return dict(zip(wanted, read))
 
-    inserts: list[tuple[FileRef, BitMap64 | None, BitMap64]]  # (file, _ALL, minus these)
-    deletes: list[tuple[FileRef, BitMap64 | None, BitMap64]]  # (file, these or _ALL, minus)
+
+def _dv_key(dv: DataFile) -> str:
+    return f"{dv.file_path}@{dv.content_offset}"
 
 
-def _wanted(delta: SnapshotDelta, directory: _Directory) -> _Wanted:
-    snap = delta.snapshot
-    empty = BitMap64()
-    inserts = [(ref, _ALL, delta.new_deletes.get(p, empty)) for p, ref in delta.added.items()]
-    deletes: list[tuple[FileRef, BitMap64 | None, BitMap64]] = []
-    for path, positions in delta.new_deletes.items():
-        if path not in delta.added and path not in delta.removed and len(positions):
-            deletes.append((directory.find(path, snap), positions, empty))
-    for path, removed in delta.removed.items():
-        ref = removed or directory.find(path, snap)
-        deletes.append((ref, _ALL, delta.old_deletes.get(path, empty)))
-    return _Wanted(inserts, deletes)
+def _items(io: FileIO, deltas: Sequence[SnapshotDelta], directory: _Directory) -> list[_Item]:
+    """What every snapshot of the range needs read, with each file's deletion vector
+    followed through the range (new positions = its vector less the previous one)."""
+    dvs = _read_dvs(io, deltas)
+    current: dict[str, BitMap64] = {}  # data file -> its DV positions so far in the range
+
+    def before(d: SnapshotDelta, target: str) -> BitMap64:
+        if target in current:
+            return current[target]
+        old = d.old_dvs.get(target)
+        return dvs[_dv_key(old)] if old is not None else _EMPTY
+
+    out: list[_Item] = []
+    for ordinal, d in enumerate(deltas):
+        snap = d.snapshot
+        for path, ref in d.added.items():
+            dv = d.new_dvs.get(path)
+            out.append(_Item(ordinal, False, ref, None, dvs[_dv_key(dv)] if dv else _EMPTY))
+        for target, dv in d.new_dvs.items():
+            positions = dvs[_dv_key(dv)]
+            if target not in d.added and target not in d.removed:
+                new = positions - before(d, target)
+                if new:
+                    out.append(_Item(ordinal, True, directory.find(target, snap), new))
+            current[target] = positions
+        for path, removed in d.removed.items():
+            ref = removed or directory.find(path, snap)
+            out.append(_Item(ordinal, True, ref, None, before(d, path)))
+            current.pop(path, None)
+    return out
 
 
 class _Reader:
-    """Reads each file once per range: all the positions one file is needed at, over
-    all the range's snapshots, in one pass (only the row groups holding them), with the
-    table's columns when a data change needs them, else only the lineage columns (the
-    files a ``replace`` moves rows between)."""
+    """Reads each file once per range: all the positions the range needs it at, in one
+    pass (only the row groups holding them), with the table's columns when a data
+    change needs them, else only the lineage columns (files a ``replace`` moves rows
+    between)."""
 
-    def __init__(self, io: FileIO, schema: Schema) -> None:
+    def __init__(self, io: FileIO, schema: Schema, items: Sequence[_Item], lineage_only: set[int]):
         self.io = io
-        self.schema = schema
         self.rows: dict[str, pa.Table] = {}
-
-    def prefetch(self, wanted: Sequence[tuple[_Wanted, bool]]) -> None:
-        """``wanted``: each snapshot's needs, and whether it needs the table's columns."""
         some: dict[str, tuple[FileRef, BitMap64]] = {}
         whole: dict[str, FileRef] = {}
         with_data: set[str] = set()
-        for w, data in wanted:
-            for ref, positions, _ in (*w.inserts, *w.deletes):
-                if data:
-                    with_data.add(ref.path)
-                if positions is _ALL:
-                    whole[ref.path] = ref
-                else:
-                    some.setdefault(ref.path, (ref, BitMap64()))[1].update(positions)
+        for item in items:
+            path = item.ref.path
+            if item.ordinal not in lineage_only:
+                with_data.add(path)
+            if item.positions is None:
+                whole[path] = item.ref
+            else:
+                some.setdefault(path, (item.ref, BitMap64()))[1].update(item.positions)
+        jobs: list[tuple[FileRef, np.ndarray | None, Schema | None]] = []
         for path, ref in whole.items():
-            schema = self.schema if path in with_data else None
-            self.rows[path] = read_rows(self.io, ref, None, schema)
+            jobs.append((ref, None, schema if path in with_data else None))
         for path, (ref, positions) in some.items():
             if path not in whole:
                 at = np.fromiter(positions, dtype=np.int64, count=len(positions))
-                schema = self.schema if path in with_data else None
-                self.rows[path] = read_rows(self.io, ref, at, schema)
+                jobs.append((ref, at, schema if path in with_data else None))
+        with ThreadPoolExecutor(min(_READ_THREADS, max(1, len(jobs)))) as pool:
+            for (ref, _, _), rows in zip(jobs, pool.map(lambda j: read_rows(io, *j), jobs)):
+                self.rows[ref.path] = rows
 
-    def take(self, ref: FileRef, positions: BitMap64 | None, minus: BitMap64) -> pa.Table:
-        rows = self.rows[ref.path]
-        if positions is not _ALL:
-            wanted = np.fromiter(positions, dtype=np.int64, count=len(positions))
+    def gather(self, items: Sequence[_Item], columns: pa.Schema) -> pa.Table:
+        """The items' rows, one take per file, with their snapshot's ordinal."""
+        by_file: dict[str, list[_Item]] = {}
+        for item in items:
+            by_file.setdefault(item.ref.path, []).append(item)
+        parts = []
+        for path, group in by_file.items():
+            rows = self.rows[path]
             have = rows.column(POSITION).to_numpy()
-            rows = rows.take(pa.array(np.searchsorted(have, wanted), pa.int64()))
-        if len(minus):
-            gone = np.fromiter(minus, dtype=np.int64, count=len(minus))
-            keep = ~np.isin(rows.column(POSITION).to_numpy(), gone)
-            rows = rows.filter(pa.array(keep))
-        return rows
+            picks, ordinals = [], []
+            for item in group:
+                if item.positions is None:
+                    at = np.arange(rows.num_rows, dtype=np.int64)
+                else:
+                    wanted = np.fromiter(item.positions, np.int64, len(item.positions))
+                    at = np.searchsorted(have, wanted)
+                if len(item.minus):
+                    gone = np.fromiter(item.minus, np.int64, len(item.minus))
+                    at = at[~np.isin(have[at], gone)]
+                picks.append(at)
+                ordinals.append(np.full(len(at), item.ordinal, dtype=np.int32))
+            taken = rows.select(columns.names).take(pa.array(np.concatenate(picks), pa.int64()))
+            parts.append(taken.append_column(CHANGE_ORDINAL, pa.array(np.concatenate(ordinals))))
+        if not parts:
+            empty = columns.empty_table()
+            return empty.append_column(CHANGE_ORDINAL, pa.array([], pa.int32()))
+        return pa.concat_tables(parts)
 
 
-def _concat(tables: list[pa.Table], schema: pa.Schema) -> pa.Table:
-    return pa.concat_tables(tables) if tables else schema.empty_table()
+@dataclass(frozen=True)
+class _Pairs:
+    """Indices of rows on both sides with one ``_row_id`` in one snapshot."""
+
+    updated_d: np.ndarray
+    updated_i: np.ndarray
+    moved_d: np.ndarray
+    moved_i: np.ndarray
 
 
-def _pair(
-    deleted: pa.Table, inserted: pa.Table
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Rows on both sides by ``_row_id``: (deleted index, inserted index) of the updates
-    and of the unmodified moves."""
-    d_ids = deleted.column(ROW_ID).to_numpy(zero_copy_only=False)
-    i_ids = inserted.column(ROW_ID).to_numpy(zero_copy_only=False)
-    d_valid = pc.is_valid(deleted.column(ROW_ID)).to_numpy(zero_copy_only=False)
-    i_valid = pc.is_valid(inserted.column(ROW_ID)).to_numpy(zero_copy_only=False)
-    common, d_at, i_at = np.intersect1d(
-        np.where(d_valid, d_ids, -1), np.where(i_valid, i_ids, -2), return_indices=True
+def _pairs(deleted: pa.Table, inserted: pa.Table) -> _Pairs:
+    keys = [CHANGE_ORDINAL, ROW_ID]
+
+    def side(t: pa.Table, name: str) -> pa.Table:
+        idx = pa.array(np.arange(t.num_rows, dtype=np.int64))
+        return t.select([*keys, LAST_UPDATED]).append_column(name, idx)
+
+    joined = side(deleted, "_d").join(
+        side(inserted, "_i"), keys, join_type="inner", right_suffix="_i", use_threads=False
     )
-    del common
-    d_seq = deleted.column(LAST_UPDATED).to_numpy(zero_copy_only=False)[d_at]
-    i_seq = inserted.column(LAST_UPDATED).to_numpy(zero_copy_only=False)[i_at]
-    moved = d_seq == i_seq
-    return d_at[~moved], i_at[~moved], d_at[moved], i_at[moved]
+    d = joined.column("_d").to_numpy()
+    i = joined.column("_i").to_numpy()
+    moved = pc.equal(joined.column(LAST_UPDATED), joined.column(LAST_UPDATED + "_i"))
+    moved_np = pc.fill_null(moved, False).to_numpy(zero_copy_only=False)
+    return _Pairs(d[~moved_np], i[~moved_np], d[moved_np], i[moved_np])
 
 
-def _stamp(rows: pa.Table, change_type: str, ordinal: int, snapshot_id: int) -> pa.Table:
-    n = rows.num_rows
-    return (
-        rows.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(change_type), n))
-        .append_column(CHANGE_ORDINAL, pa.repeat(pa.scalar(ordinal, pa.int32()), n))
-        .append_column(COMMIT_SNAPSHOT_ID, pa.repeat(pa.scalar(snapshot_id, pa.int64()), n))
+def _check_replaces(deleted: pa.Table, inserted: pa.Table, snapshots: Sequence[Snapshot]) -> None:
+    """A ``replace`` may only move rows unmodified: every row it removes comes back with
+    the same ``_row_id`` and ``_last_updated_sequence_number``."""
+    pairs = _pairs(deleted, inserted)
+    d_ord = deleted.column(CHANGE_ORDINAL).to_numpy()
+    i_ord = inserted.column(CHANGE_ORDINAL).to_numpy()
+    for ordinal in sorted(set(d_ord.tolist()) | set(i_ord.tolist())):
+        removed = int((d_ord == ordinal).sum())
+        added = int((i_ord == ordinal).sum())
+        kept = int((d_ord[pairs.moved_d] == ordinal).sum())
+        if kept != removed or kept != added:
+            raise ChangeFeedError(
+                f"snapshot {snapshots[ordinal].snapshot_id} (replace) rewrote {removed} rows "
+                f"into {added} and kept the _row_id and last-updated sequence number of "
+                f"{kept}: the change feed cannot see through it (a rewrite that does not "
+                "keep v3 row lineage); read a range that starts after it"
+            )
+
+
+def _stamp(rows: pa.Table, change_type: str) -> pa.Table:
+    return rows.append_column(CHANGE_TYPE, pa.repeat(pa.scalar(change_type), rows.num_rows))
+
+
+def _take(t: pa.Table, at: np.ndarray) -> pa.Table:
+    return t.take(pa.array(at, pa.int64()))
+
+
+def _changes(deleted: pa.Table, inserted: pa.Table, snapshots: Sequence[Snapshot]) -> pa.Table:
+    p = _pairs(deleted, inserted)
+    only_d = np.setdiff1d(np.arange(deleted.num_rows), np.concatenate([p.updated_d, p.moved_d]))
+    only_i = np.setdiff1d(np.arange(inserted.num_rows), np.concatenate([p.updated_i, p.moved_i]))
+    out = pa.concat_tables(
+        [
+            _stamp(_take(deleted, only_d), DELETE),
+            _stamp(_take(deleted, p.updated_d), UPDATE_BEFORE),
+            _stamp(_take(inserted, p.updated_i), UPDATE_AFTER),
+            _stamp(_take(inserted, only_i), INSERT),
+        ]
     )
+    ids = pa.array([s.snapshot_id for s in snapshots], pa.int64())
+    out = out.append_column(COMMIT_SNAPSHOT_ID, ids.take(out.column(CHANGE_ORDINAL)))
+    return sort_changes(out)
 
 
-def _snapshot_changes(
-    deleted: pa.Table, inserted: pa.Table, ordinal: int, snap: Snapshot
-) -> pa.Table:
-    upd_d, upd_i, mov_d, mov_i = _pair(deleted, inserted)
-    drop_d = np.concatenate([upd_d, mov_d])
-    drop_i = np.concatenate([upd_i, mov_i])
-    only_d = np.setdiff1d(np.arange(deleted.num_rows), drop_d)
-    only_i = np.setdiff1d(np.arange(inserted.num_rows), drop_i)
-    sid = snap.snapshot_id
-    parts = [
-        _stamp(deleted.take(pa.array(only_d, pa.int64())), DELETE, ordinal, sid),
-        _stamp(deleted.take(pa.array(upd_d, pa.int64())), UPDATE_BEFORE, ordinal, sid),
-        _stamp(inserted.take(pa.array(upd_i, pa.int64())), UPDATE_AFTER, ordinal, sid),
-        _stamp(inserted.take(pa.array(only_i, pa.int64())), INSERT, ordinal, sid),
-    ]
-    return _sorted(pa.concat_tables(parts))
-
-
-def _sorted(changes: pa.Table) -> pa.Table:
+def sort_changes(changes: pa.Table) -> pa.Table:
+    """By snapshot, then ``_row_id``, then DELETE, UPDATE_BEFORE, UPDATE_AFTER, INSERT."""
     rank = pc.index_in(changes.column(CHANGE_TYPE), value_set=_RANKED)
     order = pc.sort_indices(
         changes.append_column("_rank", rank),
         [(CHANGE_ORDINAL, "ascending"), (ROW_ID, "ascending"), ("_rank", "ascending")],
     )
     return changes.take(order)
-
-
-def _check_replace(reader: _Reader, delta: SnapshotDelta, wanted: _Wanted) -> None:
-    """A ``replace`` may only move rows unmodified: every row it removes comes back with
-    the same ``_row_id`` and ``_last_updated_sequence_number``."""
-
-    def side(items: list[tuple[FileRef, BitMap64 | None, BitMap64]]) -> pa.Table:
-        parts = [reader.take(*w).select(LINEAGE_SCHEMA.names) for w in items]
-        return _concat(parts, LINEAGE_SCHEMA)
-
-    deleted, inserted = side(wanted.deletes), side(wanted.inserts)
-    upd_d, _, mov_d, mov_i = _pair(deleted, inserted)
-    if len(upd_d) or len(mov_d) != deleted.num_rows or len(mov_i) != inserted.num_rows:
-        raise ChangeFeedError(
-            f"snapshot {delta.snapshot.snapshot_id} (replace) rewrote {deleted.num_rows} rows "
-            f"into {inserted.num_rows} and kept the _row_id and last-updated sequence number "
-            f"of {len(mov_d)}: the change feed cannot see through it (a rewrite that does not "
-            "keep v3 row lineage); read a range that starts after it"
-        )
 
 
 def _output_schema(metadata: TableMetadata, rng: ChangeRange) -> Schema:
@@ -251,89 +327,26 @@ def read_changes(
     change (``net``: per row of the table), as an Arrow table."""
     rng = resolve_range(metadata, start, end)
     schema = _output_schema(metadata, rng)
-    directory = _Directory(io, metadata)
-    deltas = [read_delta(io, metadata, snap) for snap in rng.snapshots]
-    for d in deltas:
-        directory.learn(list(d.added.values()))
-    plans = [(ordinal, d, _wanted(d, directory)) for ordinal, d in enumerate(deltas)]
-    reader = _Reader(io, schema)
-    reader.prefetch([(w, d.operation != "replace") for _, d, w in plans])
-    columns = _row_schema(schema)
-    out = []
-    for ordinal, delta, wanted in plans:
-        if delta.operation == "replace":
-            _check_replace(reader, delta, wanted)
-            continue
-        deleted = _concat([reader.take(*w) for w in wanted.deletes], columns)
-        inserted = _concat([reader.take(*w) for w in wanted.inserts], columns)
-        out.append(_snapshot_changes(deleted, inserted, ordinal, delta.snapshot))
-    changes = _concat(out, _stamp(columns.empty_table(), INSERT, 0, 0).schema)
-    if net:
-        changes = net_changes(changes, [f.name for f in schema.fields])
-    return changes.select([*(f.name for f in schema.fields), *CHANGE_COLUMNS])
-
-
-def _row_schema(schema: Schema) -> pa.Schema:
-    return pa.schema([*schema_to_arrow(schema), *LINEAGE_SCHEMA])
-
-
-def net_changes(changes: pa.Table, data_columns: Sequence[str]) -> pa.Table:
-    """One change per ``_row_id`` (rows without one pass through): see the module doc."""
-    valid = pc.is_valid(changes.column(ROW_ID))
-    keyed = changes.filter(valid)
-    loose = changes.filter(pc.invert(valid))
-    if keyed.num_rows == 0:
-        return changes
-    index = pa.array(np.arange(keyed.num_rows), pa.int64())
-    spans = (
-        keyed.select([ROW_ID])
-        .append_column("_i", index)
-        .group_by(ROW_ID, use_threads=False)
-        .aggregate([("_i", "min"), ("_i", "max")])
-    )
-    first = keyed.take(spans.column("_i_min"))
-    last = keyed.take(spans.column("_i_max"))
-    before = pc.is_in(first.column(CHANGE_TYPE), pa.array([DELETE, UPDATE_BEFORE])).to_numpy(
-        zero_copy_only=False
-    )
-    after = pc.is_in(last.column(CHANGE_TYPE), pa.array([INSERT, UPDATE_AFTER])).to_numpy(
-        zero_copy_only=False
-    )
-    same = _same_values(first, last, data_columns)
-    both = before & after & ~same
-    stamp = [CHANGE_ORDINAL, COMMIT_SNAPSHOT_ID]
-
-    def restamp(rows: pa.Table, stamps: pa.Table, change_type: str) -> pa.Table:
-        rows = rows.set_column(
-            rows.schema.get_field_index(CHANGE_TYPE),
-            CHANGE_TYPE,
-            pa.repeat(pa.scalar(change_type), rows.num_rows),
+    snapshots = rng.snapshots
+    with ThreadPoolExecutor(_READ_THREADS) as pool:
+        deltas = list(pool.map(lambda s: read_delta(io, metadata, s), snapshots))
+    items = _items(io, deltas, _Directory(io, metadata, deltas))
+    replaces = {i for i, d in enumerate(deltas) if d.operation == "replace"}
+    reader = _Reader(io, schema, items, replaces)
+    data = [i for i in items if i.ordinal not in replaces]
+    moves = [i for i in items if i.ordinal in replaces]
+    if moves:
+        _check_replaces(
+            reader.gather([i for i in moves if i.deleted], LINEAGE_SCHEMA),
+            reader.gather([i for i in moves if not i.deleted], LINEAGE_SCHEMA),
+            snapshots,
         )
-        for name in stamp:
-            rows = rows.set_column(rows.schema.get_field_index(name), name, stamps.column(name))
-        return rows
-
-    def pick(rows: pa.Table, mask: np.ndarray) -> pa.Table:
-        return rows.filter(pa.array(mask))
-
-    parts = [
-        restamp(pick(first, before & ~after), pick(last, before & ~after), DELETE),
-        restamp(pick(first, both), pick(last, both), UPDATE_BEFORE),
-        restamp(pick(last, both), pick(last, both), UPDATE_AFTER),
-        restamp(pick(last, after & ~before), pick(last, after & ~before), INSERT),
-        loose,
-    ]
-    return _sorted(pa.concat_tables(parts))
-
-
-def _same_values(a: pa.Table, b: pa.Table, columns: Sequence[str]) -> np.ndarray:
-    same = np.ones(a.num_rows, dtype=bool)
-    for name in columns:
-        x, y = a.column(name), b.column(name)
-        try:
-            eq = pc.fill_null(pc.equal(x, y), False)
-            both_null = pc.and_(pc.is_null(x), pc.is_null(y))
-            same &= pc.or_(eq, both_null).to_numpy(zero_copy_only=False)
-        except pa.ArrowNotImplementedError:  # nested types: compare as Python values
-            same &= np.array([p == q for p, q in zip(x.to_pylist(), y.to_pylist())], dtype=bool)
-    return same
+    columns = pa.schema([*schema_to_arrow(schema), *LINEAGE_SCHEMA])
+    changes = _changes(
+        reader.gather([i for i in data if i.deleted], columns),
+        reader.gather([i for i in data if not i.deleted], columns),
+        snapshots,
+    )
+    if net:
+        changes = sort_changes(net_changes(changes, [f.name for f in schema.fields]))
+    return changes.select([*(f.name for f in schema.fields), *CHANGE_COLUMNS])

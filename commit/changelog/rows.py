@@ -11,6 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from calving.commit.changelog.columns import LINEAGE_SCHEMA
 from calving.commit.changelog.delta import FileRef
 from calving.commit.errors import (
     CorruptFileError,
@@ -22,17 +23,6 @@ from calving.commit.io import FileIO
 from calving.commit.spec import row_lineage as rl
 from calving.commit.spec.schema import Schema
 from calving.commit.table.data_files import project, top_level_field_ids
-
-ROW_ID = "_row_id"
-LAST_UPDATED = "_last_updated_sequence_number"
-POSITION = "_pos"
-LINEAGE_SCHEMA = pa.schema(
-    [
-        pa.field(ROW_ID, pa.int64()),
-        pa.field(LAST_UPDATED, pa.int64()),
-        pa.field(POSITION, pa.int64()),
-    ]
-)
 
 
 def _read(io: FileIO, ref: FileRef, positions: np.ndarray | None, lineage_only: bool) -> pa.Table:

@@ -48,7 +48,7 @@ def _timestamp_units(text: str, utc: bool, per_second: int) -> int:
     scale = len(str(per_second)) - 1
     if digits > scale:
         raise ValueError(f"{text!r} has more precision than the type")
-    return seconds * per_second + frac * 10 ** (scale - digits)
+    return seconds * per_second + frac * int(10 ** (scale - digits))
 
 
 def _timestamp_text(units: int, utc: bool, per_second: int) -> str:

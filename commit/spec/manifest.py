@@ -322,6 +322,14 @@ class _EntryDecoder:
             _partition_type_of(partition_schema["fields"]) if ptype is None else ptype
         )
 
+    def skippable(self, record: dict[str, Any]) -> bool:
+        """An EXISTING entry that passes no row ids on to the entries after it."""
+        if self.entry.value(record, 0, int, True) != EntryStatus.EXISTING:
+            return False
+        raw = self.entry.value(record, DATA_FILE_FIELD_ID, dict, True)
+        content = self.data_file.value(raw, 134, int, False)
+        return bool(content) or self.data_file.value(raw, 142, int, False) is not None
+
     def decode(self, record: dict[str, Any]) -> ManifestEntry:
         e, d = self.entry, self.data_file
         raw = e.value(record, DATA_FILE_FIELD_ID, dict, True)
@@ -379,11 +387,18 @@ def _metadata_int(metadata: dict[str, str], key: str, default: int) -> int:
 
 
 def read_manifest(
-    data: bytes, source: str, *, partition_type: StructType | None = None
+    data: bytes,
+    source: str,
+    *,
+    partition_type: StructType | None = None,
+    skip_existing: bool = False,
 ) -> Manifest:
     """Decode a v1, v2 or v3 manifest. Without ``partition_type`` it is derived from
     the file's Avro schema (names as written, ids and types exact). Corrupt bytes
-    raise ``CorruptFileError`` naming ``source``."""
+    raise ``CorruptFileError`` naming ``source``. ``skip_existing``: EXISTING entries
+    are left out undecoded (what a snapshot changed is in its ADDED and DELETED
+    entries), except a data file without a ``first_row_id``, whose rows take ids the
+    later entries' inherited ``first_row_id`` depends on."""
     container = read_container(data, source)
     meta = container.metadata
     try:
@@ -398,7 +413,10 @@ def read_manifest(
                 raise SchemaError(f"metadata lacks {key!r}")
         spec_id = _metadata_int(meta, "partition-spec-id", 0)
         decoder = _EntryDecoder(container, version, spec_id, partition_type)
-        entries = tuple(decoder.decode(r) for r in container.records)
+        records = container.records
+        if skip_existing:
+            records = tuple(r for r in records if not decoder.skippable(r))
+        entries = tuple(decoder.decode(r) for r in records)
     except _MALFORMED as exc:
         raise CorruptFileError(source, f"not a valid manifest: {exc}") from None
     return Manifest(

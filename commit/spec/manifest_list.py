@@ -204,8 +204,12 @@ def _optional_int(metadata: dict[str, str], key: str) -> int | None:
         raise SchemaError(f"metadata {key}={text!r} is not an integer") from None
 
 
-def read_manifest_list(data: bytes, source: str) -> ManifestList:
-    """Decode a v1, v2 or v3 manifest list; corrupt bytes raise ``CorruptFileError``."""
+def read_manifest_list(
+    data: bytes, source: str, *, added_snapshot_id: int | None = None
+) -> ManifestList:
+    """Decode a v1, v2 or v3 manifest list; corrupt bytes raise ``CorruptFileError``.
+    ``added_snapshot_id``: only the manifests that snapshot added (the others are not
+    decoded)."""
     container = read_container(data, source)
     meta = container.metadata
     try:
@@ -214,7 +218,11 @@ def read_manifest_list(data: bytes, source: str) -> ManifestList:
         if version not in FORMAT_VERSIONS:
             raise SchemaError(f"unknown format-version {version}")
         decoder = _ManifestFileDecoder(container.schema, version)
-        manifests = tuple(decoder.decode(r) for r in container.records)
+        records = container.records
+        if added_snapshot_id is not None:
+            own = decoder.fields
+            records = tuple(r for r in records if own.value(r, 503, int, True) == added_snapshot_id)
+        manifests = tuple(decoder.decode(r) for r in records)
         result = ManifestList(
             format_version=version,
             snapshot_id=_optional_int(meta, "snapshot-id"),

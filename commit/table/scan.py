@@ -44,6 +44,10 @@ class _Lru:
                 self._items.move_to_end(key)
             return value
 
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
     def put(self, key: str, value: object) -> None:
         with self._lock:
             self._items[key] = value
@@ -58,6 +62,13 @@ _MANIFESTS = _Lru(4096)
 #: merging into one reads it from here, not from its file (the bigger ones are read).
 _DVS = _Lru(1024)
 _DV_CACHE_MAX_POSITIONS = 1 << 16
+
+
+def clear_caches() -> None:
+    """Forget every parsed manifest list, manifest and DV (benchmarks measuring a cold
+    read; tests)."""
+    for cache in (_MANIFEST_LISTS, _MANIFESTS, _DVS):
+        cache.clear()
 
 
 def manifest_files(io: FileIO, snapshot: Snapshot | None) -> tuple[ManifestFile, ...]:
@@ -84,6 +95,35 @@ def manifest_entries(
         cached = tuple(inherit(parsed.entries, manifest))
         _MANIFESTS.put(key, cached)
     return cached  # type: ignore[return-value]
+
+
+def own_manifests(io: FileIO, snapshot: Snapshot) -> tuple[ManifestFile, ...]:
+    """The manifests ``snapshot`` wrote itself (its ``added_snapshot_id``): from the
+    cache when its list was read, else decoding only those entries of the list."""
+    cached = _MANIFEST_LISTS.get(snapshot.manifest_list)
+    if cached is not None:
+        mine = snapshot.snapshot_id
+        return tuple(m for m in cached if m.added_snapshot_id == mine)  # type: ignore[attr-defined]
+    data = io.read(snapshot.manifest_list)
+    listed = read_manifest_list(
+        data, snapshot.manifest_list, added_snapshot_id=snapshot.snapshot_id
+    )
+    return tuple(listed.manifests)
+
+
+def changed_entries(
+    io: FileIO, metadata: TableMetadata, manifest: ManifestFile
+) -> tuple[ManifestEntry, ...]:
+    """A manifest's ADDED and DELETED entries, values inherited: from the cache when it
+    was read whole, else decoding only those entries (and what their row ids need)."""
+    cached = _MANIFESTS.get(manifest.manifest_path)
+    if cached is None:
+        spec = metadata.spec_by_id(manifest.partition_spec_id)
+        ptype = spec.partition_type(metadata.schema)
+        key = manifest.manifest_path
+        parsed = read_manifest(io.read(key), key, partition_type=ptype, skip_existing=True)
+        cached = tuple(inherit(parsed.entries, manifest))
+    return tuple(e for e in cached if e.status != EntryStatus.EXISTING)  # type: ignore[attr-defined]
 
 
 def remember_written_manifest(manifest: ManifestFile, entries: Iterable[ManifestEntry]) -> None:

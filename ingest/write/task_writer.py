@@ -86,7 +86,7 @@ class TaskWriter:
                     f"partition field {f.name!r}: source id {f.source_id} is not in the schema"
                 )
             column = rows.column(name) if "." not in name else _nested(rows, name)
-            keys.append(f.transform.apply_arrow(column.combine_chunks(), t))
+            keys.append(_internal_keys(f.transform.apply_arrow(column.combine_chunks(), t)))
         key_table = pa.table({f"p{i}": k for i, k in enumerate(keys)})
         groups = key_table.group_by(key_table.column_names, use_threads=False).aggregate([])
         out = []
@@ -96,7 +96,7 @@ class TaskWriter:
                 col = key_table.column(name)
                 cond = pc.is_null(col) if value is None else pc.equal(col, value)
                 mask = cond if mask is None else pc.and_(mask, cond)
-            partition = tuple(_internal(v) for v in g.values())
+            partition = tuple(g.values())
             out.append((partition, rows.filter(mask)))
         return out
 
@@ -125,13 +125,15 @@ def _nested(rows: pa.Table, dotted: str) -> pa.ChunkedArray:
     return col
 
 
-def _internal(v: Any) -> Any:
-    """Partition values back to calving's internal forms (dates as day numbers)."""
-    import datetime as dt
-
-    if isinstance(v, dt.date) and not isinstance(v, dt.datetime):
-        return (v - dt.date(1970, 1, 1)).days
-    return v
+def _internal_keys(keys: pa.Array) -> pa.Array:
+    """Partition values in calving's internal forms: dates (``day``, ``identity`` of a
+    date) as day numbers, times and timestamps (``identity``) as integers in their unit."""
+    t = keys.type
+    if pa.types.is_date32(t):
+        return keys.cast(pa.int32())
+    if pa.types.is_timestamp(t) or pa.types.is_time64(t):
+        return keys.cast(pa.int64())
+    return keys
 
 
 def write_rows(

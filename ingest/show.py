@@ -11,6 +11,7 @@ from calving.commit.errors import InvalidTablePropertyError
 from calving.commit.maintenance.compaction_plan import DEFAULT_TARGET_FILE_BYTES
 from calving.commit.maintenance.health import TableHealth, table_health
 from calving.commit.spec.properties import TARGET_FILE_SIZE_BYTES
+from calving.commit.table.actions.update_schema import dropped_at_source
 from calving.commit.table.ledger import LEDGER_PREFIX, all_ledgers
 from calving.commit.table.table import Table
 from calving.ingest.config.type_strings import type_text
@@ -57,6 +58,9 @@ def describe_table(
     )
     spec_fields = [f"{f.transform}({m.schema.column_name(f.source_id)})" for f in m.spec.fields]
     out += ["", "partitioned by  " + (", ".join(spec_fields) or "nothing (unpartitioned)")]
+    dropped = dropped_at_source(m)
+    if dropped:  # the table keeps them; new rows get nulls (or their write-default)
+        out.append("dropped at the source  " + ", ".join(dropped))
 
     props = {k: v for k, v in sorted(m.properties.items()) if not k.startswith(LEDGER_PREFIX)}
     if props:

@@ -124,11 +124,18 @@ def value_to_json(ptype: PrimitiveType, value: Any) -> Any:
     raise SchemaError(f"{ptype} columns have no default value")
 
 
+def default_value(ptype: Any, default: Any) -> Any:
+    """A field's JSON ``default`` as the value a column of it holds (internal form; a
+    uuid as its 16 bytes, as Arrow stores it); None without one."""
+    if default is None or not isinstance(ptype, PrimitiveType):
+        return None
+    value = value_from_json(ptype, default)
+    return value.bytes if ptype.name == "uuid" else value
+
+
 def default_array(ptype: Any, default: Any, n: int, arrow_type: pa.DataType) -> pa.Array:
     """``n`` copies of a field's JSON ``default`` (None: nulls) as ``arrow_type``."""
-    if default is None or not isinstance(ptype, PrimitiveType):
+    value = default_value(ptype, default)
+    if value is None:
         return pa.nulls(n, arrow_type)
-    value = value_from_json(ptype, default)
-    if ptype.name == "uuid":
-        value = value.bytes
     return pa.repeat(pa.scalar(value, arrow_type), n)

@@ -175,9 +175,13 @@ class RecordPlan:
             if nullable:
                 optional.add(column.name)
         planned = {p.name for p in plans}
-        needed = wanted if wanted is not None else {f.name for f in columns.values() if f.required}
+        needed = (
+            wanted
+            if wanted is not None
+            else {f.name for f in columns.values() if f.required or f.write_default is not None}
+        )
         if not needed <= planned:
-            return None  # a required column (or key) the writer schema does not have
+            return None  # a required or defaulted column (or key) the writer schema lacks
         return cls(plans, converter)
 
     def columns(

@@ -41,6 +41,7 @@ from decimal import Context, Decimal, InvalidOperation
 from typing import Any, Literal
 
 from calving.commit.errors import ConfigError
+from calving.commit.spec.json_values import default_value
 from calving.commit.spec.types import (
     IcebergType,
     ListType,
@@ -539,6 +540,9 @@ class StructConverter:
     def __init__(self, fields: tuple[NestedField, ...], options: CoercionOptions) -> None:
         self.names = tuple(f.name for f in fields)
         self.required = tuple(f.required for f in fields)
+        #: A field's ``write-default``: its value when a record does not carry the field
+        #: at all (an explicit null stays null).
+        self.defaults = tuple(default_value(f.field_type, f.write_default) for f in fields)
         self.converters = tuple(build_converter(f.field_type, options) for f in fields)
         self.case_insensitive = options.case_insensitive
         self.by_lower = {f.name.lower(): f.name for f in fields}
@@ -551,11 +555,16 @@ class StructConverter:
         matched = 0
         name = ""
         try:
-            for name, required, convert in zip(self.names, self.required, self.converters):
+            for name, required, convert, default in zip(
+                self.names, self.required, self.converters, self.defaults
+            ):
                 v = obj.get(name)
                 if v is None:
                     if name in obj:
                         matched += 1
+                    elif default is not None:
+                        out.append(default)
+                        continue
                     if required:
                         raise CoercionError("required field is missing or null")
                     out.append(None)

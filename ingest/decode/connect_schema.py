@@ -18,7 +18,9 @@ on the temporal names, which a test checks):
   ``NanoTime`` and Connect's ``Time`` -> time (microseconds: a nanosecond time that is
   not a whole microsecond becomes a dead letter); ``Timestamp``/``MicroTimestamp`` and
   Connect's ``Timestamp`` -> timestamp; ``NanoTimestamp`` -> timestamp_ns (a v3 type);
-  ``ZonedTimestamp`` (an ISO-8601 string) -> timestamptz; ``ZonedTime`` and ``Interval``
+  ``ZonedTimestamp`` (an ISO-8601 string) -> timestamptz, or timestamptz_ns when the
+  source column's scale (``__debezium.source.column.scale``, sent with Debezium's
+  ``column.propagate.source.type``) is above 6; ``ZonedTime`` and ``Interval``
   (strings) -> string; ``Year`` -> int; ``MicroDuration`` -> long.
 * Connect's ``Decimal`` -> decimal(P, S) from its ``scale`` and
   ``connect.decimal.precision`` parameters (Avro: the ``precision``/``scale``
@@ -44,15 +46,20 @@ A logical name this table does not know (or one on an unexpected physical type) 
 its physical type, with a ``SchemaNote`` saying so. A column no type fits (a union of
 several types, a recursive record, an empty struct, a decimal with a scale over 38) is
 left out of the schema with a note (``omitted``); the caller decides whether to log or
-refuse. A key column that is missing, optional, floating-point or not a primitive is a
+refuse. A field's default (Connect's ``default``, Avro's ``default`` or
+``connect.default``) is kept in ``defaults`` (decoded like its values): a column added
+to an existing table takes it as initial-default and write-default. A key column that is missing, optional, floating-point or not a primitive is a
 ``ConnectSchemaError``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from calving.commit.errors import SchemaError
+from calving.commit.spec.json_values import value_to_json
 from calving.commit.spec.schema import FieldIds, Schema, assign_fresh_ids
 from calving.commit.spec.types import (
     BINARY,
@@ -87,6 +94,9 @@ from calving.ingest.decode.connect_types import (
 
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
+#: Debezium's parameter (``column.propagate.source.type``) with the source column's scale.
+SOURCE_COLUMN_SCALE = "__debezium.source.column.scale"
 #: Iceberg's largest decimal precision, assumed when a Decimal schema gives none.
 MAX_PRECISION = 38
 #: The default type of VariableScaleDecimal columns (see the module docstring).
@@ -192,6 +202,9 @@ class ConnectTableSchema:
     notes: tuple[SchemaNote, ...] = ()
     #: The row record's Connect name (``dbserver1.inventory.customers.Value``), if any.
     record: str | None = None
+    #: Column path -> its source default in Iceberg's JSON single-value form: what a
+    #: column added by schema evolution takes as initial-default and write-default.
+    defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def identifier_fields(self) -> tuple[str, ...]:
@@ -226,7 +239,8 @@ def table_schema(
     mapper = _Mapper(options or ConnectSchemaOptions(), notes)
     fields = assign_fresh_ids(mapper.fields(row, ""), FieldIds())
     identifiers = _identifier_ids(fields, key, label) if key is not None else ()
-    return ConnectTableSchema(Schema(fields, 0, identifiers), tuple(notes), row.name)
+    schema = Schema(fields, 0, identifiers)
+    return ConnectTableSchema(schema, tuple(notes), row.name, dict(mapper.defaults))
 
 
 def iceberg_type(
@@ -296,6 +310,7 @@ class _Mapper:
     def __init__(self, options: ConnectSchemaOptions, notes: list[SchemaNote]) -> None:
         self.options = options
         self.notes = notes
+        self.defaults: dict[str, Any] = {}
 
     def note(self, path: str, message: str, omitted: bool = False) -> None:
         self.notes.append(SchemaNote(path, message, omitted))
@@ -305,8 +320,26 @@ class _Mapper:
         for name, node in struct.fields:
             t = self.type(node, prefix + name)
             if t is not None:
+                default = self.default(node, t, prefix + name)
+                if default is not None:
+                    self.defaults[prefix + name] = default
                 out.append(NestedField(0, name, t, required=not node.optional))
         return tuple(out)
+
+    def default(self, node: ConnectNode, t: IcebergType, path: str) -> Any:
+        """The field's Connect default as an Iceberg default (JSON single-value form),
+        decoded the way its values are; None without one (or one that does not fit)."""
+        if node.default is None or not isinstance(t, PrimitiveType):
+            return None
+        from calving.ingest.decode.coerce import CoercionError, CoercionOptions, build_converter
+        from calving.ingest.decode.debezium import connect_value
+
+        try:
+            value = connect_value(node.default, node.name, node.parameters, node.logical_type)
+            return value_to_json(t, build_converter(t, CoercionOptions())(value))
+        except (CoercionError, SchemaError, ValueError, TypeError) as err:
+            self.note(path, f"default {node.default!r:.40} not usable as {t}: {err}")
+            return None
 
     def type(self, node: ConnectNode, path: str) -> IcebergType | None:
         if node.kind == "unsupported":
@@ -323,6 +356,8 @@ class _Mapper:
         if logical is None and node.name is None and node.logical_type is not None:
             logical = AVRO_LOGICAL_TYPES.get(node.logical_type)
         if logical is not None and node.kind in logical.physical:
+            if node.name == ZONED_TIMESTAMP and _source_scale(node) > 6:
+                return TIMESTAMPTZ_NS
             return logical.iceberg
         if logical is not None or is_decimal or node.name == VARIABLE_SCALE_DECIMAL:
             self.note(
@@ -380,6 +415,11 @@ class _Mapper:
             )
             precision = MAX_PRECISION
         return decimal(precision, scale)
+
+
+def _source_scale(node: ConnectNode) -> int:
+    """The source column's fractional-second digits, when Debezium sends them."""
+    return _int(node.parameter(SOURCE_COLUMN_SCALE), None) or 0
 
 
 def _named(node: ConnectNode) -> str:

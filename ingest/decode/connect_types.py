@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from calving.commit.errors import SchemaError
@@ -73,7 +73,8 @@ class ConnectNode:
     keys: ConnectNode | None = None
     values: ConnectNode | None = None
     reason: str = ""
-    #: Avro ``default`` / Connect ``default`` of a field, when given (informational).
+    #: The field's default as its schema writes it (Connect's ``default``; Avro's
+    #: ``default`` or ``connect.default``, bytes decoded): the column's write-default.
     default: Any = field(default=None, compare=False)
 
     def parameter(self, key: str) -> str | None:
@@ -261,7 +262,10 @@ class _AvroReader:
         self.active.append(full)
         try:
             fields = [
-                (str(f.get("name")), self.node(f.get("type"), inner, False, depth + 1))
+                (
+                    str(f.get("name")),
+                    _with_default(self.node(f.get("type"), inner, False, depth + 1), f),
+                )
                 for f in t.get("fields") or ()
                 if isinstance(f, Mapping)
             ]
@@ -275,6 +279,31 @@ class _AvroReader:
             parameters=_parameters(t.get("connect.parameters")),
             fields=_unique(fields, full),
         )
+
+
+def _with_default(node: ConnectNode, avro_field: Mapping[str, Any]) -> ConnectNode:
+    """The field's default: Avro's ``default`` (bytes as Avro's JSON writes them, one
+    character per byte), else Kafka Connect's ``connect.default`` on its type."""
+    value = avro_field.get("default")
+    if value is None:
+        t = avro_field.get("type")
+        branches = t if isinstance(t, list) else [t]
+        value = next(
+            (
+                b["connect.default"]
+                for b in branches
+                if isinstance(b, Mapping) and "connect.default" in b
+            ),
+            None,
+        )
+    if value is None:
+        return node
+    if node.kind == "bytes" and isinstance(value, str):
+        try:
+            value = value.encode("latin-1")
+        except UnicodeEncodeError:
+            return node
+    return replace(node, default=value)
 
 
 def _full_name(name: Any, namespace: Any) -> str | None:

@@ -153,6 +153,17 @@ def _with_annotation(value: Any, note: FieldAnnotation) -> Any:
     return value
 
 
+def connect_value(
+    value: Any,
+    connect_name: str | None,
+    parameters: tuple[tuple[str, str], ...] = (),
+    logical_type: str | None = None,
+) -> Any:
+    """One value as its Connect schema encodes it -> what ``coerce`` reads (epoch ints
+    with their unit, decimal bytes as ``Decimal``): e.g. a field's default."""
+    return _with_annotation(value, FieldAnnotation(logical_type, connect_name, parameters))
+
+
 def _connect_annotations(struct_schema: Any) -> dict[str, FieldAnnotation]:
     """Kafka Connect JSON schema of a struct -> per-field annotations."""
     out: dict[str, FieldAnnotation] = {}

@@ -162,7 +162,9 @@ class VectorReader:
     def __init__(self, converter: RowConverter) -> None:
         self.converter = converter
         self.target = converter.arrow_schema
-        self.supported = True
+        # Arrow's reader cannot tell an absent field from a null one: a table with
+        # write-defaults (absent: the default) decodes per record.
+        self.supported = not any(f.write_default is not None for f in converter.schema.all_fields())
         try:
             self.reader_schema = pa.schema([self._reader_field(f) for f in self.target])
         except _NotVectorizable:

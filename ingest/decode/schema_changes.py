@@ -17,8 +17,10 @@ do not matter. Every difference becomes one typed value:
   becoming a primitive, a map's key type, a changed primary key, a dropped key column). Only that table's
   records should stop; ``message`` names table and column.
 
-A narrower type in ``new`` than the table has (long -> int) and optional -> required
-need no table change (the table's type still holds every value) and are not reported.
+A narrower type in ``new`` than the table has (long -> int), optional -> required and a
+timestamp of the other precision (micro- vs nanoseconds: the table's precision stays,
+values that do not fit it become dead letters) need no table change and are not
+reported.
 """
 
 from __future__ import annotations
@@ -110,6 +112,16 @@ class SchemaChanges:
         return bool(self.changes)
 
 
+#: Timestamp kinds that differ only in precision (no promotion between them exists; a
+#: source announcing the other precision is decoded into the table's).
+_PRECISIONS = {
+    "timestamp": "timestamp",
+    "timestamp_ns": "timestamp",
+    "timestamptz": "timestamptz",
+    "timestamptz_ns": "timestamptz",
+}
+
+
 def classify_changes(table: str, old: Schema, new: Schema) -> SchemaChanges:
     out: list[SchemaChange] = []
     old_keys, new_keys = old.identifier_field_names, new.identifier_field_names
@@ -174,6 +186,8 @@ class _Walk:
     def primitive(self, old: PrimitiveType, new: PrimitiveType, path: str) -> None:
         if old == new or can_promote(new, old):
             return  # the same, or narrower than the table's type: every value still fits
+        if _PRECISIONS.get(old.name) == _PRECISIONS.get(new.name) is not None:
+            return  # micro- vs nanosecond timestamps: the table keeps its own precision
         if can_promote(old, new):
             self.out.append(WidenedType(self.table, path, old, new))
             return

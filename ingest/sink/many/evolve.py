@@ -1,11 +1,11 @@
 """Source schema changes -> what happens to the table (``schema_changes`` classifies).
 
-* added top-level columns, widened types and columns made optional: one
-  ``UpdateSchema`` (added columns are optional; existing rows read null);
+* added columns and fields inside existing structs, widened types and columns made
+  optional: one ``UpdateSchema`` (added columns are optional; existing rows read the
+  source column's default when its schema has one, else null);
 * a dropped source column stays in the table; a required one becomes optional so new
-  rows can leave it null;
-* an added or changed field inside a nested struct is not followed (logged): its values
-  are left out until the table is changed by hand;
+  rows can leave it null; the columns the source no longer sends are recorded in the
+  table (``Evolution.record``, a table property ``calving table show`` reports);
 * anything incompatible stops the table (``Evolution.stopped``): its records go to the
   dead-letter destination with a message naming table and column.
 """
@@ -14,13 +14,16 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from calving.commit.errors import CalvingError
 from calving.commit.spec.schema import Schema
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
 from calving.ingest.decode.connect_schema import (
     ConnectSchemaError,
+    ConnectTableSchema,
     table_schema_from_avro,
     table_schema_from_json,
 )
@@ -43,6 +46,8 @@ class Evolution:
     update: UpdateSchema | None = None
     #: Why the table stops (an incompatible change, or a schema that cannot be read).
     stopped: str | None = None
+    #: Metadata only (nothing to write again): the columns the source no longer sends.
+    record: UpdateSchema | None = None
 
 
 def evolution(
@@ -53,33 +58,36 @@ def evolution(
     add: dict[str, AddColumn] = {}
     promote: dict[str, WidenedType] = {}
     optional: list[str] = []
+    dropped: list[str] = []
     for text in schema_texts:
         try:
             seen = _seen_schema(text, source)
         except (ConnectSchemaError, ValueError, CalvingError) as err:
             return Evolution(stopped=f"table {table}: unreadable change-event schema: {err}")
-        changes = classify_changes(table, current, _with_keys(seen, current))
+        changes = classify_changes(table, current, _with_keys(seen.schema, current))
         if changes.incompatible:
             return Evolution(stopped=changes.incompatible[0].message)
         for change in changes.changes:
-            _gather(change, add, promote, optional)
+            _gather(change, add, promote, optional, seen.defaults)
+        dropped = [c.column for c in changes.changes if isinstance(c, DroppedColumn)]
     if not (add or promote or optional):
-        return Evolution()
+        return Evolution(record=UpdateSchema(dropped_at_source=tuple(dropped)))
     update = UpdateSchema(
         add=tuple(add.values()),
         promote=tuple((c.column, c.new) for c in promote.values()),
         make_optional=tuple(dict.fromkeys(optional)),
+        dropped_at_source=tuple(dropped),
     )
     return Evolution(update=update)
 
 
-def _seen_schema(text: str, source: SchemaSource | None) -> Schema:
+def _seen_schema(text: str, source: SchemaSource | None) -> ConnectTableSchema:
     if text.startswith(AVRO_SCHEMA_ID):
         if source is None:
             raise ConnectSchemaError("an Avro event, and the format has no schema source")
         writer = source.schema_text(int(text[len(AVRO_SCHEMA_ID) :]))
-        return table_schema_from_avro(json.loads(writer)).schema
-    return table_schema_from_json(json.loads(text)).schema
+        return table_schema_from_avro(json.loads(writer))
+    return table_schema_from_json(json.loads(text))
 
 
 def _with_keys(seen: Schema, current: Schema) -> Schema:
@@ -89,27 +97,33 @@ def _with_keys(seen: Schema, current: Schema) -> Schema:
     return Schema(seen.fields, seen.schema_id, ids if len(ids) == len(names) else ())
 
 
+#: Path parts naming a list's element or a map's key or value (not struct fields).
+_COLLECTION_PARTS = frozenset({"element", "key", "value"})
+
+
 def _gather(
     change: SchemaChange,
     add: dict[str, AddColumn],
     promote: dict[str, WidenedType],
     optional: list[str],
+    defaults: Mapping[str, Any],
 ) -> None:
-    nested = "." in change.column
-    if nested and not isinstance(change, MadeOptional | DroppedColumn):
+    if change.column.rsplit(".", 1)[-1] in _COLLECTION_PARTS and not isinstance(
+        change, AddedColumn
+    ):
         log.warning(
-            "table %s: %s of nested field %r is not followed; its values are left out",
+            "table %s: %s of %r (a list element or map part) is not followed",
             change.table,
             type(change).__name__,
             change.column,
         )
         return
     if isinstance(change, AddedColumn):
-        add[change.column] = AddColumn(change.column, change.field_type)
+        default = defaults.get(change.column)
+        add[change.column] = AddColumn(change.column, change.field_type, default=default)
     elif isinstance(change, WidenedType):
         promote[change.column] = change
-    elif not nested and (
-        isinstance(change, MadeOptional)
-        or (isinstance(change, DroppedColumn) and change.make_optional)
+    elif isinstance(change, MadeOptional) or (
+        isinstance(change, DroppedColumn) and change.make_optional
     ):
         optional.append(change.column)

@@ -508,6 +508,8 @@ class ManyTablesSink:
                 routed.table.commit_or_raise(change.update)
                 log.info("table %s: schema evolved (%s)", name, _described(change.update))
                 again.add(name)
+            elif change.record is not None:  # columns the source dropped: metadata only
+                routed.table.commit_or_raise(change.record)
         if again:
             self._write_again(spark, batch_id, spans, messages, again, scope)
         return messages

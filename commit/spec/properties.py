@@ -75,7 +75,30 @@ class PathProperty:
         return raw.rstrip("/")
 
 
-Property = IntProperty | BoolProperty | PathProperty
+@dataclass(frozen=True)
+class ChoiceProperty:
+    """One of a few words; ``unavailable`` maps a word the format allows but calving
+    cannot honour here to the reason, given when it is chosen."""
+
+    name: str
+    default: str
+    choices: tuple[str, ...]
+    unavailable: tuple[tuple[str, str], ...] = ()
+
+    def parse(self, raw: str) -> str:
+        text = raw.strip().lower() if isinstance(raw, str) else ""
+        why = dict(self.unavailable).get(text)
+        if why is not None:
+            raise InvalidTablePropertyError(f"table property {self.name}={raw!r}: {why}")
+        if text not in self.choices:
+            want = " or ".join(self.choices)
+            raise InvalidTablePropertyError(
+                f"table property {self.name}={raw!r}: want {want}; {FIX_HINT}"
+            )
+        return text
+
+
+Property = IntProperty | BoolProperty | PathProperty | ChoiceProperty
 
 COMMIT_NUM_RETRIES = IntProperty("commit.retry.num-retries", 4, 0, 1_000)
 COMMIT_MIN_WAIT_MS = IntProperty("commit.retry.min-wait-ms", 100, 0, 3_600_000)
@@ -92,6 +115,24 @@ WRITE_METADATA_PATH = PathProperty("write.metadata.path")
 FILE_SKETCHES = PathProperty("calving.statistics.file-sketches")
 #: When the published column statistics were computed (ms since the epoch; 0: never).
 STATISTICS_COMPUTED_MS = IntProperty("calving.statistics.computed-ms", 0, 0)
+#: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
+#: refused until pyarrow can write Parquet VARIANT columns (see the reason).
+DEBEZIUM_JSON_TYPE = ChoiceProperty(
+    "calving.debezium.json-type",
+    "string",
+    ("string",),
+    (
+        (
+            "variant",
+            (
+                "variant is not available: pyarrow (26) cannot write Parquet VARIANT "
+                "columns, DuckDB 1.5 decodes variant only from those, pyiceberg 0.12 cannot "
+                "load a table with a variant column and pyiceberg-core 0.11 cannot read one; "
+                "Json columns are string"
+            ),
+        ),
+    ),
+)
 
 #: Every property calving reads, by name.
 KNOWN: dict[str, Property] = {
@@ -111,6 +152,7 @@ KNOWN: dict[str, Property] = {
         WRITE_METADATA_PATH,
         FILE_SKETCHES,
         STATISTICS_COMPUTED_MS,
+        DEBEZIUM_JSON_TYPE,
     )
 }
 
@@ -198,3 +240,9 @@ class TableProperties:
     @property
     def statistics_computed_ms(self) -> int:
         return self._int(STATISTICS_COMPUTED_MS)
+
+    @property
+    def debezium_json_type(self) -> str:
+        """The Iceberg type of Debezium Json columns (``string``)."""
+        raw = self._raw.get(DEBEZIUM_JSON_TYPE.name)
+        return DEBEZIUM_JSON_TYPE.default if raw is None else DEBEZIUM_JSON_TYPE.parse(raw)

@@ -6,9 +6,9 @@
 | avro            | Confluent Avro                | unused                   | ``ConfluentAvroDecoder`` |
 | debezium-json   | Debezium envelope, JSON       | ``key_format`` (json)    | ``DebeziumDecoder``  |
 | debezium-avro   | Debezium envelope, Conf. Avro | ``key_format`` (avro)    | ``DebeziumDecoder``  |
-| upsert-json     | the row as JSON; null deletes | JSON primary key         | ``KeyUpsertDecoder`` |
+| upsert-json     | the row as JSON; null deletes | ``key_format`` (json)    | ``KeyUpsertDecoder`` |
+| upsert-avro     | the row as Conf. Avro; null deletes | ``key_format`` (avro) | ``KeyUpsertDecoder`` |
 
-``upsert-avro`` is recognised but refused: ingest/decode has no Avro key-upsert decoder.
 Avro (value or key) needs a schema source: ``schema_registry_url`` (registry credentials
 come from CALVING_SCHEMA_REGISTRY_USERNAME / _PASSWORD) or ``schema_dir`` (``<id>.avsc``
 files).
@@ -65,7 +65,7 @@ class FormatConfig:
     type: FormatType
     schema_registry_url: str | None = None
     schema_dir: str | None = None
-    #: Debezium only: how Kafka keys (read for tombstones and deletes) are encoded.
+    #: Debezium and key-upsert: how Kafka keys (the primary key) are encoded.
     key_format: Literal["json", "avro"] | None = None
     case_insensitive: bool = False
     #: Unit of bare integers in temporal columns; None rejects them.
@@ -119,25 +119,20 @@ def parse_format(s: Section) -> FormatConfig:
     kind = s.required_string(
         "type", what=" | ".join(f'"{t}"' for t in FORMAT_TYPES), choices=FORMAT_TYPES
     )
-    if kind == "upsert-avro":
-        s.fail(
-            "type",
-            '"upsert-avro" is not supported yet (there is no Avro key-upsert decoder); '
-            'use "upsert-json", or "debezium-avro" for Debezium topics',
-        )
     debezium = kind.startswith("debezium")
+    keyed = debezium or kind.startswith("upsert")
     value_format = "avro" if kind.endswith("avro") else "json"
 
     key_format = s.string("key_format", choices=("json", "avro"))
-    if key_format is not None and not debezium:
-        s.fail("key_format", f'only applies to debezium-* formats, not "{kind}"')
-    if debezium and key_format is None:
-        key_format = value_format  # Debezium connectors use one converter for both
+    if key_format is not None and not keyed:
+        s.fail("key_format", f'only applies to debezium-* and upsert-* formats, not "{kind}"')
+    if keyed and key_format is None:
+        key_format = value_format  # connectors and producers use one converter for both
     mode = s.string("decimal_handling_mode", choices=("precise", "string", "double"))
     if mode is not None and not debezium:
         s.fail("decimal_handling_mode", f'only applies to debezium-* formats, not "{kind}"')
     vectorized = s.raw("vectorized")
-    if vectorized is not None and kind == "upsert-json":
+    if vectorized is not None and kind.startswith("upsert"):
         s.fail("vectorized", f'does not apply to the "{kind}" format')
     unit = s.string("epoch_unit", choices=_EPOCH_UNITS)
     if unit is None:
@@ -184,8 +179,14 @@ def build_decoder(fmt: FormatConfig, schema: Schema) -> Decoder:
     try:
         if fmt.type == "json":
             return JsonValueDecoder(schema, _json_options(fmt))
-        if fmt.type == "upsert-json":
-            return KeyUpsertDecoder(schema, _json_options(fmt))
+        if fmt.envelope == "upsert":
+            return KeyUpsertDecoder(
+                schema,
+                _json_options(fmt),
+                fmt.value_format,
+                fmt.key_format or fmt.value_format,
+                fmt.schema_source(),
+            )
         if fmt.type == "avro":
             source = fmt.schema_source()
             assert source is not None

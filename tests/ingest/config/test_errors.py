@@ -187,16 +187,16 @@ CASES = [
         ['format.type: expected one of "json", "avro"', "got 'jsn'; did you mean 'json'?"],
     ),
     (
-        "format.type-upsert-avro",
+        "format.type-upsert-avro-without-schemas",
         json_append,
         [("format.type", "upsert-avro")],
-        ['format.type: "upsert-avro" is not supported yet'],
+        ["format.schema_registry_url: Avro needs a schema source"],
     ),
     (
         "format.key_format-not-debezium",
         json_append,
         [("format.key_format", "json")],
-        ['format.key_format: only applies to debezium-* formats, not "json"'],
+        ['format.key_format: only applies to debezium-* and upsert-* formats, not "json"'],
     ),
     (
         "format.key_format-choice",

@@ -64,6 +64,11 @@ class DemoResult:
     dv_files: int
     equality_delete_files: int
     seconds: float
+    #: Row updates the table's change feed shows, by whether the row kept its
+    #: ``_row_id`` (UPDATE_BEFORE/UPDATE_AFTER) or got a new one (DELETE + INSERT of the
+    #: same key in one snapshot).
+    updates_kept_identity: int = 0
+    updates_new_identity: int = 0
 
     @property
     def ok(self) -> bool:
@@ -202,6 +207,7 @@ def _check(
     if dead is not None:
         dead.refresh()
         dead_rows = sum(e.data_file.record_count for e in dead.live_files().data.values())
+    kept, new = update_identities(table)
     return DemoResult(
         catalog_uri=config.table.catalog,
         table=table.name,
@@ -212,7 +218,29 @@ def _check(
         dv_files=len(live.dvs),
         equality_delete_files=equality,
         seconds=seconds,
+        updates_kept_identity=kept,
+        updates_new_identity=new,
     )
+
+
+def update_identities(table: Any, key: str = "id") -> tuple[int, int]:
+    """The table's row updates over its whole history, from its change feed: how many
+    kept their ``_row_id`` and how many were written as a new row (a DELETE and an
+    INSERT of the same ``key`` in one snapshot)."""
+    import pyarrow.compute as pc
+
+    from calving.commit.changelog import read_changes
+
+    changes = read_changes(table.io, table.metadata, None)
+    kinds = changes.column("_change_type")
+    kept = pc.sum(pc.equal(kinds, "UPDATE_AFTER")).as_py() or 0
+
+    def keyed(kind: str) -> Any:
+        rows = changes.filter(pc.equal(kinds, kind))
+        return rows.select(["_change_ordinal", key])
+
+    both = keyed("DELETE").join(keyed("INSERT"), ["_change_ordinal", key], join_type="inner")
+    return int(kept), both.num_rows
 
 
 def _non_dv_delete_files(table: Any, manifests: Any) -> int:
@@ -250,6 +278,9 @@ def report(result: DemoResult, out: TextIO = sys.stdout) -> None:
           f"(expected {s.poison}) {dl_ok}", file=out)  # fmt: skip
     print(f"deletes    as {result.dv_files} deletion vectors, "
           f"{result.equality_delete_files} equality-delete files", file=out)  # fmt: skip
+    print(f"lineage    {result.updates_kept_identity:,} row updates kept their _row_id; "
+          f"{result.updates_new_identity:,} keys were deleted and inserted in one snapshot "
+          "(a new _row_id) (calving changes)", file=out)  # fmt: skip
     print(f"catalog    {result.catalog_uri}", file=out)
     print(f"table      {result.table}", file=out)
     print(f"took       {result.seconds:.1f}s", file=out)

@@ -17,6 +17,7 @@ from calving.ingest.cli import main
 from calving.ingest.kafka.producer import produce
 from tests.ingest.conftest import REPO_ROOT
 from tests.support.cdc import COLUMNS, cdc_events
+from tests.support.lineage import identity_changes
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 
 CONFIG = """
@@ -144,3 +145,14 @@ def test_demo_passes_its_own_check(tmp_path):
         re.search(r"deletes    as (\d+) deletion vectors, 0 equality-delete files", out).group(1)
     )
     assert dvs > 0 and dvs == len(table.live_files().dvs)
+    # Row identity as the change feed reports it, against the reference lineage reader.
+    kept, new = (
+        int(n.replace(",", ""))
+        for n in re.search(
+            r"lineage    ([\d,]+) row updates kept their _row_id; ([\d,]+) keys were deleted "
+            r"and inserted in one snapshot",
+            out,
+        ).groups()
+    )
+    assert (kept, new) == identity_changes(table.metadata_location, "id")
+    assert kept + new > 0

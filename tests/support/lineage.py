@@ -327,3 +327,30 @@ def lineage(
             raise LineageError(f"key {k!r} is live twice")
         out[k] = (r.row_id, r.last_updated)
     return out
+
+
+def identity_changes(metadata_location: str, key: str) -> tuple[int, int]:
+    """Over the current snapshot's history: (keys live on both sides of a snapshot whose
+    row was rewritten and kept its ``_row_id``, keys whose row got a new ``_row_id``).
+    A rewritten row is one whose ``_last_updated_sequence_number`` moved on."""
+    metadata = read_metadata(metadata_location)
+    chain = []
+    snap = snapshot_of(metadata)
+    while snap is not None:
+        chain.append(snap["snapshot-id"])
+        parent = snap.get("parent-snapshot-id")
+        snap = snapshot_of(metadata, parent) if parent is not None else None
+    kept = new = 0
+    before: dict[Any, tuple[int | None, int | None]] = {}
+    for sid in reversed(chain):
+        after = lineage(metadata_location, key, sid)
+        for k, (row_id, last) in after.items():
+            if k not in before:
+                continue
+            old_id, old_last = before[k]
+            if row_id != old_id:
+                new += 1
+            elif last != old_last:
+                kept += 1
+        before = after
+    return kept, new

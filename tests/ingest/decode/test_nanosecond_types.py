@@ -84,9 +84,7 @@ def _decoded(out: Any) -> list[tuple[int, int, int]]:
     assert out.dead_letters.num_rows == 0, out.dead_letters.to_pylist()
     rows = data_rows(out)
     naive, utc = pa.timestamp("ns"), pa.timestamp("ns", tz="UTC")
-    return [
-        (r["id"], pa.scalar(r["ts"], naive).value, pa.scalar(r["zt"], utc).value) for r in rows
-    ]
+    return [(r["id"], pa.scalar(r["ts"], naive).value, pa.scalar(r["zt"], utc).value) for r in rows]
 
 
 @pytest.mark.parametrize("vectorized", [False, True])

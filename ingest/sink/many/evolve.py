@@ -5,7 +5,9 @@
   source column's default when its schema has one, else null);
 * a dropped source column stays in the table; a required one becomes optional so new
   rows can leave it null; the columns the source no longer sends are recorded in the
-  table (``Evolution.record``, a table property ``calving table show`` reports);
+  table (``Evolution.record``, a table property ``calving table show`` reports): those
+  a schema first seen in the batch lacks (the batch's schemas carry no order), cleared
+  by a later new schema that has them;
 * anything incompatible stops the table (``Evolution.stopped``): its records go to the
   dead-letter destination with a message naming table and column.
 """
@@ -58,7 +60,7 @@ def evolution(
     add: dict[str, AddColumn] = {}
     promote: dict[str, WidenedType] = {}
     optional: list[str] = []
-    dropped: list[str] = []
+    dropped: set[str] = set()  # missing from a schema of the batch (their order is unknown)
     for text in schema_texts:
         try:
             seen = _seen_schema(text, source)
@@ -69,14 +71,14 @@ def evolution(
             return Evolution(stopped=changes.incompatible[0].message)
         for change in changes.changes:
             _gather(change, add, promote, optional, seen.defaults)
-        dropped = [c.column for c in changes.changes if isinstance(c, DroppedColumn)]
+        dropped.update(c.column for c in changes.changes if isinstance(c, DroppedColumn))
     if not (add or promote or optional):
-        return Evolution(record=UpdateSchema(dropped_at_source=tuple(dropped)))
+        return Evolution(record=UpdateSchema(dropped_at_source=tuple(sorted(dropped))))
     update = UpdateSchema(
         add=tuple(add.values()),
         promote=tuple((c.column, c.new) for c in promote.values()),
         make_optional=tuple(dict.fromkeys(optional)),
-        dropped_at_source=tuple(dropped),
+        dropped_at_source=tuple(sorted(dropped)),
     )
     return Evolution(update=update)
 

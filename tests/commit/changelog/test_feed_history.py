@@ -30,6 +30,7 @@ from calving.commit.table.table import Table
 from tests.support import lineage as ref
 from tests.support.cdc_history import (
     COLUMNS,
+    UPDATES_KEEP_ROW_ID,
     History,
     IdentityBook,
     postgres_catalog,
@@ -38,7 +39,6 @@ from tests.support.cdc_history import (
     steps_strategy,
 )
 
-UPDATES_KEEP_ROW_ID = False  # see tests/ingest/sink/test_lineage_history.py
 RANK = {"DELETE": 0, "UPDATE_BEFORE": 1, "UPDATE_AFTER": 2, "INSERT": 3}
 Row = tuple[Any, ...]
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 
 from tests.ingest.sink.test_lineage_history import FIXED
-from tests.support.cdc_history import run_history, sqlite_catalog
+from tests.support.cdc_history import UPDATES_KEEP_ROW_ID, run_history, sqlite_catalog
 from tests.support.lineage import lineage
 from tests.support.oracles import duckdb_connection
 
 
 def test_duckdb_shows_the_lineage_the_spec_derives() -> None:
     with sqlite_catalog() as catalog:
-        history, _ = run_history(catalog, FIXED, partitioned=True, keep=False)
+        history, _ = run_history(catalog, FIXED, partitioned=True, keep=UPDATES_KEEP_ROW_ID)
         location = history.metadata_location()
         path = location.removeprefix("file://").replace("'", "''")
         con = duckdb_connection()

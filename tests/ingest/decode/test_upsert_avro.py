@@ -69,6 +69,7 @@ def test_json_keys_with_avro_values() -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_an_upsert_avro_topic_streams_into_a_keyed_table(
     spark: Any, broker: Any, make_topic: Any, tmp_path: Path
 ) -> None:

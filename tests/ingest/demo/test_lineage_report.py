@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from calving.commit.table.table import Table
 from calving.ingest.demo.run import update_identities
-from tests.support.cdc_history import Step, run_history, sqlite_catalog
+from tests.support.cdc_history import UPDATES_KEEP_ROW_ID, Step, run_history, sqlite_catalog
 from tests.support.lineage import identity_changes
 
 STEPS = [
@@ -19,7 +19,7 @@ STEPS = [
 
 def test_update_identities_match_the_reference_reader() -> None:
     with sqlite_catalog() as catalog:
-        history, _ = run_history(catalog, STEPS, partitioned=False, keep=False)
+        history, _ = run_history(catalog, STEPS, partitioned=False, keep=UPDATES_KEEP_ROW_ID)
         table = Table.load(catalog, history.table.ident)
         got = update_identities(table)
         assert got == identity_changes(table.metadata_location, "id")

@@ -6,11 +6,11 @@ row's ``_row_id`` and ``_last_updated_sequence_number`` and the model says what 
 must be: each key keeps its identity exactly as long as the model says, ids are unique
 and never reused, and a row was last updated by the commit that last wrote it.
 
-``UPDATES_KEEP_ROW_ID`` is the one switch for lineage through updates (issue 23 part 1):
-while it is False the model expects what calving does today (an update mints a new
-``_row_id``); the strict xfail below runs the same checks with it on and starts to
-XPASS (failing the run) the day calving keeps identities through updates: then set
-``UPDATES_KEEP_ROW_ID = True`` and delete that test.
+``tests.support.cdc_history.UPDATES_KEEP_ROW_ID`` is the one switch for lineage through
+updates (issue 23 part 1): while it is False the model expects what calving does today
+(an update mints a new ``_row_id``); the strict xfail below runs the same checks with it
+on and starts to XPASS (failing the run) the day calving keeps identities through
+updates: then set it True and delete that test.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from calving.commit.catalog import SqlCatalog
 from tests.support.cdc_history import (
+    UPDATES_KEEP_ROW_ID,
     History,
     Step,
     postgres_catalog,
@@ -31,7 +32,6 @@ from tests.support.cdc_history import (
     steps_strategy,
 )
 
-UPDATES_KEEP_ROW_ID = False
 KEYS = 10
 
 _steps = steps_strategy(KEYS)
@@ -81,7 +81,7 @@ FIXED = [
 @pytest.mark.xfail(
     strict=True,
     reason="issue 23 part 1: an update keeps its _row_id (not on main yet); when this "
-    "XPASSes, set UPDATES_KEEP_ROW_ID = True and delete this test",
+    "XPASSes, set tests.support.cdc_history.UPDATES_KEEP_ROW_ID = True and delete this test",
 )
 def test_updates_keep_their_row_id() -> None:
     with sqlite_catalog() as catalog:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from calving.commit.errors import InvalidTablePropertyError
-from calving.commit.table.properties import (
+from calving.commit.spec.properties import (
     DEBEZIUM_JSON_TYPE,
     TableProperties,
     validate_properties,

@@ -11,10 +11,10 @@ from calving.commit.errors import InvalidTablePropertyError
 from calving.commit.maintenance.compaction_plan import DEFAULT_TARGET_FILE_BYTES
 from calving.commit.maintenance.health import TableHealth, table_health
 from calving.commit.spec.properties import TARGET_FILE_SIZE_BYTES
+from calving.commit.spec.type_strings import type_text
 from calving.commit.table.actions.update_schema import dropped_at_source
 from calving.commit.table.ledger import LEDGER_PREFIX, all_ledgers
 from calving.commit.table.table import Table
-from calving.ingest.config.type_strings import type_text
 
 
 def describe_table(

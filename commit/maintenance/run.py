@@ -28,7 +28,7 @@ from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import MANIFEST_TARGET_SIZE_BYTES, TableProperties
 from calving.commit.spec.updates import RemoveSnapshots
 from calving.commit.table import scan
-from calving.commit.table.actions.base import MetadataUpdates, NoChange
+from calving.commit.table.action import MetadataUpdates, NoChange
 from calving.commit.table.actions.expire_snapshots import ExpireSnapshots
 from calving.commit.table.actions.rewrite_manifests import RewriteManifests
 from calving.commit.table.actions.update_properties import UpdateProperties

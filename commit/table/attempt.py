@@ -49,7 +49,7 @@ from calving.commit.errors import (
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, serialize_metadata
 from calving.commit.spec.updates import AssertTableUUID, TableUpdate, apply_updates
-from calving.commit.table.actions.base import Action, MetadataUpdates, Plan
+from calving.commit.table.action import Action, MetadataUpdates, Plan
 from calving.commit.table.changes import SnapshotChanges
 from calving.commit.table.loading import look_in_catalog, reload_metadata
 from calving.commit.table.outcomes import CommitOutcome, Committed, Conflicted, Unknown

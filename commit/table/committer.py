@@ -23,7 +23,7 @@ from calving.commit.catalog.metadata_cache import remember_metadata
 from calving.commit.errors import CalvingError
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
-from calving.commit.table.actions.base import Action, NoChange
+from calving.commit.table.action import Action, NoChange
 from calving.commit.table.attempt import Attempt, Base, Retry, new_snapshot_id
 from calving.commit.table.loading import load_metadata
 from calving.commit.table.outcomes import CommitOutcome, Committed, Conflicted, Skipped, Unknown

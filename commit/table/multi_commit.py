@@ -43,7 +43,7 @@ from calving.commit.errors import (
     UnsupportedFeatureError,
 )
 from calving.commit.io import FileIO
-from calving.commit.table.actions.base import Action, NoChange
+from calving.commit.table.action import Action, NoChange
 from calving.commit.table.attempt import Attempt, Base, Retry, Staged
 from calving.commit.table.loading import load_metadata, look_in_catalog
 from calving.commit.table.outcomes import CommitOutcome, Conflicted, Skipped, Unknown

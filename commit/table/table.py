@@ -14,7 +14,7 @@ from calving.commit.spec.partition import UNPARTITIONED, PartitionSpec
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.sort_order import UNSORTED, SortOrder
 from calving.commit.table import ledger, scan
-from calving.commit.table.actions.base import Action
+from calving.commit.table.action import Action
 from calving.commit.table.committer import (
     CommitOutcome,
     Committed,

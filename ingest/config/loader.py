@@ -34,7 +34,7 @@ from calving.ingest.config.table import TableConfig, parse_table
 
 if TYPE_CHECKING:
     # The router's module reads config sections itself: imported where it is used.
-    from calving.ingest.route.router import TableRouter
+    from calving.ingest.config.router import TableRouter
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -151,7 +151,7 @@ def _router(
                 'such as table.name = "{schema}.{table}", or table.topic_map)'
             )
         return None
-    from calving.ingest.route.router import TableRouter
+    from calving.ingest.config.router import TableRouter
 
     if source.assign:
         raise ConfigError("source.assign: a routed pipeline reads source.topics or topic_pattern")

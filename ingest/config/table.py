@@ -32,6 +32,7 @@ from calving.commit.spec.partition import PartitionSpec, PartitionSpecBuilder
 from calving.commit.spec.properties import FIX_HINT, KNOWN
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.transforms import IDENTITY, Transform, bucket, truncate
+from calving.commit.spec.type_strings import check_type, parse_type, type_text
 from calving.commit.spec.types import IcebergType, NestedField
 from calving.commit.table.ledger import LEDGER_PREFIX
 from calving.ingest.config.catalog import (
@@ -44,7 +45,6 @@ from calving.ingest.config.catalog import (
 )
 from calving.ingest.config.reader import Section
 from calving.ingest.config.secrets import join_key, masked_repr
-from calving.ingest.config.type_strings import check_type, parse_type, type_text
 
 KEYS = (
     "catalog",
@@ -130,7 +130,7 @@ class TableConfig:
     #: ``[table.catalog]`` table with ``type = "rest"``); None for SQL and filesystem.
     rest: RestSettings | None = None
     #: Many tables (whole-database CDC): ``name`` is a template (``{schema}.{table}``) or
-    #: ``topic_map`` names tables by topic; ``calving.ingest.route`` decides per topic.
+    #: ``topic_map`` names tables by topic; ``calving.ingest.config.router`` decides per topic.
     topic_map: dict[str, str] = field(default_factory=dict)
     name_case: str = "lower"
     invalid_characters: str = "replace"

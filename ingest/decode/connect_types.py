@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from calving.commit.errors import SchemaError
-from calving.ingest.config.type_strings import MAX_DEPTH
+from calving.commit.spec.type_strings import MAX_DEPTH
 
 #: Kafka Connect's schema types (the JSON converter spells them like this).
 PRIMITIVE_KINDS = frozenset(

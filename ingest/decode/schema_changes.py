@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 from calving.commit.errors import SchemaError
 from calving.commit.spec.schema import Schema
+from calving.commit.spec.type_strings import type_text
 from calving.commit.spec.types import (
     IcebergType,
     ListType,
@@ -38,7 +39,6 @@ from calving.commit.spec.types import (
     StructType,
     can_promote,
 )
-from calving.ingest.config.type_strings import type_text
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,11 +42,32 @@ from calving.ingest.sink.spark_types import spark_schema
 if TYPE_CHECKING:
     from typing_extensions import Self
 
-    from calving.ingest.metrics.batch import SinkMetrics
-
 log = logging.getLogger("calving.sink")
 
 DecoderFactory = Callable[[Schema], Any]
+
+
+class BatchObserver(Protocol):
+    """Told of each batch's outcome (``calving.ingest.metrics.SinkMetrics`` is the one in
+    use: endpoint figures and a JSON line per batch). A protocol, so the sink does not
+    import the metrics package that observes it (tests/test_layers.py)."""
+
+    def batch_done(
+        self,
+        sink: CalvingSink,
+        parsed: ParsedMessages,
+        stats: BatchStats,
+        started: float,
+        commit_started: float,
+    ) -> object: ...
+
+    def batch_failed(
+        self, sink: CalvingSink, batch_id: int, error: BaseException, started: float
+    ) -> object: ...
+
+    def close(self) -> None:
+        """Stop what serves the figures (the sink's ``close`` calls it)."""
+
 
 # Unknown JSON fields whose values were all of one of these kinds become new optional
 # columns; nested, mixed or null-only fields are left out (and logged).
@@ -84,7 +105,7 @@ class CalvingSink:
         evolve_schema: bool = True,
         dead_letter_max_bytes: int = DEFAULT_TOPIC_MAX_BYTES,
         on_batch: Callable[[BatchStats], None] | None = None,
-        metrics: SinkMetrics | None = None,
+        metrics: BatchObserver | None = None,
         source_options: KafkaSourceOptions | None = None,
         keyed_path: str = "fused",
     ) -> None:

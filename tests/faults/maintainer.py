@@ -42,7 +42,7 @@ from calving.commit.maintenance.run import run_maintenance
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table import attempt as attempt_module
-from calving.commit.table.actions.base import Action
+from calving.commit.table.action import Action
 from calving.commit.table.committer import CommitOutcome, Committed, Conflicted, Skipped
 from calving.commit.table.table import Table
 from calving.ingest.write.rewrite import local_rewrite

@@ -45,7 +45,7 @@ def _skip_carry_over() -> None:
     from calving.commit.spec.metadata import TableMetadata
     from calving.commit.spec.position_map import SUMMARY_PROPERTY
     from calving.commit.table import scan
-    from calving.commit.table.actions.base import Plan
+    from calving.commit.table.action import Plan
     from calving.commit.table.actions.rewrite_files import RewriteFiles
     from calving.commit.table.changes import SnapshotChanges
 

@@ -132,7 +132,7 @@ def test_json_lines_of_every_kind_of_value() -> None:
 
     import pyarrow as pa
 
-    from calving.ingest.changes_cmd import write_jsonl
+    from calving.ingest.cli.changes import write_jsonl
 
     t = pa.table(
         {

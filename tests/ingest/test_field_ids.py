@@ -12,10 +12,10 @@ import pyarrow as pa
 import pytest
 
 from calving.commit.spec.schema import FieldIds, assign_fresh_ids
+from calving.commit.spec.type_strings import check_type
 from calving.commit.spec.types import IcebergType, ListType, MapType, NestedField, StructType
 from calving.ingest.catalogs import ensure_table, open_catalog
 from calving.ingest.config.loader import parse_config
-from calving.ingest.config.type_strings import check_type
 from calving.ingest.decode import infer_schema
 
 NESTED = "struct<a: struct<x: long, y: list<string>>, b: map<string, struct<z: int>>, c: long>"

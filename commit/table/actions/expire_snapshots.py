@@ -13,7 +13,7 @@ from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.updates import RemoveSnapshots
 from calving.commit.table import scan
-from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from calving.commit.table.action import MetadataUpdates, NoChange, Plan
 
 
 @dataclass(frozen=True)

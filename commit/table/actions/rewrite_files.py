@@ -21,7 +21,7 @@ from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.position_map import SUMMARY_PROPERTY, PositionMap
 from calving.commit.table import scan
-from calving.commit.table.actions.base import Plan
+from calving.commit.table.action import Plan
 from calving.commit.table.changes import SnapshotChanges
 
 

@@ -13,7 +13,7 @@ from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
 from calving.commit.table import scan
-from calving.commit.table.actions.base import NoChange, Plan
+from calving.commit.table.action import NoChange, Plan
 from calving.commit.table.changes import SnapshotChanges
 
 

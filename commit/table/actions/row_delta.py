@@ -19,7 +19,7 @@ from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table import scan
-from calving.commit.table.actions.base import NoChange, Plan
+from calving.commit.table.action import NoChange, Plan
 from calving.commit.table.actions.validation import check_schema_compatible, ledger_step
 from calving.commit.table.changes import SnapshotChanges
 from calving.commit.table.ledger import LedgerClaim

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.updates import RemoveProperties, SetProperties, TableUpdate
-from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from calving.commit.table.action import MetadataUpdates, NoChange, Plan
 
 
 @dataclass(frozen=True)

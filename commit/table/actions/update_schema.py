@@ -39,7 +39,7 @@ from calving.commit.spec.updates import (
     SetProperties,
     TableUpdate,
 )
-from calving.commit.table.actions.base import MetadataUpdates, NoChange, Plan
+from calving.commit.table.action import MetadataUpdates, NoChange, Plan
 
 #: Table property: the columns (paths) the table has and its source no longer sends,
 #: as a JSON list; absent when there are none. ``calving table show`` reports them.

@@ -20,7 +20,7 @@ from calving.commit.spec.properties import (
 )
 from calving.commit.spec.statistics import StatisticsFile
 from calving.commit.spec.updates import SetProperties, SetStatistics
-from calving.commit.table.actions.base import MetadataUpdates, Plan
+from calving.commit.table.action import MetadataUpdates, Plan
 
 FILE_SKETCHES_PROPERTY = FILE_SKETCHES.name
 

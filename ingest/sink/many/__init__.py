@@ -1,5 +1,5 @@
 """One pipeline, many tables (whole-database CDC): a micro-batch's Kafka ranges are
-routed per topic to tables (``calving.ingest.route``), each table is written by fused
+routed per topic to tables (``calving.ingest.config.router``), each table is written by fused
 tasks and all the tables a batch touched are committed in one catalog transaction.
 
 * ``tasks``: the executor side: read, decode and write each table's ranges; report

@@ -23,8 +23,9 @@ from calving.commit.errors import NoSuchTableError, SchemaError, TableAlreadyExi
 from calving.commit.io import FileIO
 from calving.commit.spec.schema import Schema
 from calving.commit.table.table import Table, create_table
-from calving.ingest.catalogs import config_schema, json_or_none
 from calving.ingest.config.format import FormatConfig
+from calving.ingest.config.router import Route
+from calving.ingest.config.schema import config_schema, json_or_none
 from calving.ingest.config.table import TableConfig, build_spec
 from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.decode.batch import Reject
@@ -38,7 +39,6 @@ from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.range_reader import read_range
 from calving.ingest.kafka.source import kafka_arrow_schema
-from calving.ingest.route.router import Route
 
 log = logging.getLogger("calving.many.discover")
 

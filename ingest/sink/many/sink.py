@@ -3,7 +3,7 @@ committed in one catalog transaction.
 
 Per batch (the ``calving-kafka`` source emits one row per planned offset range):
 
-1. route: each topic seen for the first time is routed (``calving.ingest.route``) and its
+1. route: each topic seen for the first time is routed (``calving.ingest.config.router``) and its
    table loaded or created from its first change event (``discover``);
 2. write: one Spark job; each task reads its ranges, decodes and writes each table's
    files (``tasks``), reporting the change-event schemas it saw;
@@ -46,10 +46,10 @@ from calving.commit.table.multi_commit import TableCommit, commit_tables
 from calving.commit.table.outcomes import CommitOutcome
 from calving.commit.table.table import Table
 from calving.ingest.config.format import FormatConfig, build_decoder
+from calving.ingest.config.router import NeedsSource, Route, Skip, TableRouter
 from calving.ingest.config.table import TableConfig
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
-from calving.ingest.route.router import NeedsSource, Route, Skip, TableRouter
 from calving.ingest.sink.coordinator import (
     BatchStats,
     Coordinator,

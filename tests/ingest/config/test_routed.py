@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from calving.ingest.route.router import Route, Skip
+from calving.ingest.config.router import Route, Skip
 
 from .documents import error_of, parse
 

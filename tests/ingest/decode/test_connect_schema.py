@@ -24,6 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calving.commit.spec.schema import Schema
+from calving.commit.spec.type_strings import type_text
 from calving.commit.spec.types import (
     DATE,
     TIME,
@@ -34,7 +35,6 @@ from calving.commit.spec.types import (
     StructType,
     decimal,
 )
-from calving.ingest.config.type_strings import type_text
 from calving.ingest.decode import debezium
 from calving.ingest.decode.connect_schema import (
     LOGICAL_TYPES,

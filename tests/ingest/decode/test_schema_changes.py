@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from calving.commit.spec.schema import Schema, assign_fresh_ids
+from calving.commit.spec.type_strings import check_type, type_text
 from calving.commit.spec.types import (
     DOUBLE,
     INT,
@@ -18,7 +19,6 @@ from calving.commit.spec.types import (
     NestedField,
     decimal,
 )
-from calving.ingest.config.type_strings import check_type, type_text
 from calving.ingest.decode.connect_schema import table_schema_from_json
 from calving.ingest.decode.schema_changes import (
     AddedColumn,

@@ -30,7 +30,7 @@ from calving.ingest.config.table import (
     check_properties,
     parse_partition,
 )
-from calving.ingest.route.names import NameRules
+from calving.ingest.config.table_names import NameRules
 
 KEYS = ("partition", "properties", "identifier_fields", "exclude")
 _GLOB = re.compile(r"[A-Za-z0-9_.*?\[\]!-]+")

@@ -33,14 +33,18 @@ from typing import Any, Literal
 from calving.commit.errors import ConfigError
 from calving.ingest.config.reader import Context
 from calving.ingest.config.secrets import join_key
-from calving.ingest.route.names import (
+from calving.ingest.config.table_names import (
     InvalidCharacters,
     NameCase,
     NameRules,
     NameTemplate,
     parse_template,
 )
-from calving.ingest.route.settings import TableSettings, TableSettingsList, parse_table_settings
+from calving.ingest.config.table_settings import (
+    TableSettings,
+    TableSettingsList,
+    parse_table_settings,
+)
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
     from calving.ingest.catalog_serve import add_parsers as add_catalog_serve
 
     add_catalog_serve(sub)  # catalog serve
-    from calving.ingest.changes_cmd import add_parsers as add_changes
+    from calving.ingest.cli.changes import add_parsers as add_changes
 
     add_changes(sub)  # changes
     return p
@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "maintain":
             return _maintain(args, secrets)
         if args.command == "changes":
-            from calving.ingest.changes_cmd import main as changes
+            from calving.ingest.cli.changes import main as changes
 
             return changes(args, secrets)
         if args.command == "catalog":
@@ -353,7 +353,3 @@ def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
         describe_table(table, snapshots=args.snapshots, files=args.files, target_file_bytes=target)
     )
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

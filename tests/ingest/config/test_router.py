@@ -1,4 +1,4 @@
-"""Table routing for whole-database CDC (``calving.ingest.route``)."""
+"""Table routing for whole-database CDC (``calving.ingest.config.router``)."""
 
 from __future__ import annotations
 
@@ -10,15 +10,8 @@ import pytest
 from calving.commit.errors import ConfigError
 from calving.commit.spec.transforms import bucket
 from calving.ingest.config.loader import read_toml
-from calving.ingest.route import (
-    NameRules,
-    NeedsSource,
-    Route,
-    Skip,
-    TableNameError,
-    TableRouter,
-    parse_template,
-)
+from calving.ingest.config.router import NeedsSource, Route, Skip, TableRouter
+from calving.ingest.config.table_names import NameRules, TableNameError, parse_template
 
 RECORDED = Path(__file__).resolve().parents[1] / "decode" / "connect_schemas"
 PATTERN = r"dbserver1\.inventory\..*"

@@ -3,7 +3,8 @@
 It turns the executors' commit messages into one ``RowDelta``: the new data files,
 deletion vectors for every earlier version of a key the batch upserted or deleted
 (found through the primary-key index), and the ledger claim for the batch's offsets,
-all in a single snapshot. Dead letters go to their own table first, under the same
+all in a single snapshot. On v3 tables an upsert of a key the table holds keeps the old
+row's ``_row_id`` (``calving.ingest.sink.lineage``). Dead letters go to their own table first, under the same
 ledger claim, so a replay skips both.
 """
 
@@ -26,8 +27,10 @@ from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.committer import CommitOutcome, Committed, Conflicted, Skipped, Unknown
 from calving.commit.table.ledger import LedgerClaim, OffsetRange, TopicPartition, read_ledger
+from calving.commit.table.row_ids import RowIdReader
 from calving.commit.table.table import Table
 from calving.ingest.sink import messages as msg
+from calving.ingest.sink.lineage import keep_row_ids
 
 log = logging.getLogger("calving.coordinator")
 
@@ -53,6 +56,8 @@ class ParsedMessages:
 
     files: list[tuple[DataFile, pa.Table | None]] = field(default_factory=list)
     delete_keys: list[pa.Table] = field(default_factory=list)
+    #: Keys upserted after a delete in the batch: new rows, not updates.
+    renewed_keys: list[pa.Table] = field(default_factory=list)
     dead_letter_files: list[DataFile] = field(default_factory=list)
     #: Coordinates of the dead letters sent to the dead-letter topic.
     dead_letters_sent: set[msg.Coordinates] = field(default_factory=set)
@@ -89,6 +94,9 @@ class ParsedMessages:
         elif isinstance(m, msg.KeysDeleted):
             if m.keys.num_rows:
                 self.delete_keys.append(m.keys)
+        elif isinstance(m, msg.KeysRenewed):
+            if m.keys.num_rows:
+                self.renewed_keys.append(m.keys)
         elif isinstance(m, msg.RangeSeen):
             self.add_timestamps(m.timestamp_min_ms, m.timestamp_max_ms)
             tp = (m.topic, m.partition)
@@ -235,7 +243,8 @@ class Coordinator:
     """Commits batches for one writer id. Keyed tables (identifier fields) keep a
     primary-key index at the table's current snapshot (``index_state``), saved with the
     table every ``index_save_every`` commits so a restart catches up instead of
-    rescanning."""
+    rescanning. ``keep_row_ids``: updates keep their rows' ``_row_id`` (v3 tables);
+    False writes them as new rows (the behaviour before, for comparison)."""
 
     def __init__(
         self,
@@ -244,8 +253,11 @@ class Coordinator:
         *,
         dead_letter_table: Table | None = None,
         index_save_every: int = 20,
+        keep_row_ids: bool = True,
     ) -> None:
         self.table = table
+        self.keep_row_ids = keep_row_ids
+        self.row_ids = RowIdReader(table.io)
         self.writer_id = writer_id
         self.dead_letter_table = dead_letter_table
         self.index_save_every = index_save_every
@@ -300,7 +312,12 @@ class Coordinator:
             assert state.index is not None
             keys = _touched_keys(parsed)
             if keys is not None:
-                deletes = state.index.lookup(keys).deletes()
+                matches = state.index.lookup(keys)
+                deletes = matches.deletes()
+                if self.keep_row_ids and self.table.metadata.format_version >= 3:
+                    parsed = keep_row_ids(
+                        self.table.io, self.table.metadata, parsed, keys, matches, self.row_ids
+                    )
             rebase = Rebase(self.table.io, state.index.key_field_ids, keys)
         self.index_state = state
         action = RowDelta(

@@ -25,6 +25,7 @@ from calving.ingest.sink.messages import (
     MESSAGE_SCHEMA,
     DataFileWritten,
     KeysDeleted,
+    KeysRenewed,
     Message,
     UnknownFields,
     encode,
@@ -177,6 +178,7 @@ def write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
         [("_topic", "ascending"), ("_partition", "ascending"), ("_offset", "ascending")]
     )
     data = data.append_column("_seq", pa.array(range(data.num_rows), pa.int64()))
+    deleted = data.filter(pc.equal(data.column("_op"), OP_DELETE)).select(keys)
     last = data.group_by(keys, use_threads=False).aggregate([("_seq", "max")])
     data = data.take(np.sort(last.column("_seq_max").to_numpy()))  # _seq: the row index
     upserts = data.filter(pc.equal(data.column("_op"), OP_UPSERT))
@@ -187,7 +189,21 @@ def write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
     messages: list[Message] = [DataFileWritten(w.data_file, w.keys) for w in writer.close()]
     if deletes.num_rows:
         messages.append(KeysDeleted(deletes.select(keys)))
+    if deleted.num_rows > deletes.num_rows:  # some deleted keys were upserted again
+        renewed = renewed_keys(upserts.select(keys), deleted)
+        if renewed.num_rows:
+            messages.append(KeysRenewed(renewed))
     return messages
+
+
+def renewed_keys(upserted: pa.Table, deleted: pa.Table) -> pa.Table:
+    """The upserted keys (last event an upsert) that the batch also deleted: each is
+    a new row, not an update of the row the table holds (v3 row lineage)."""
+    if upserted.num_columns == 1:
+        return upserted.filter(pc.is_in(upserted.column(0), deleted.column(0).unique()))
+    gone = {tuple(r.values()) for r in deleted.to_pylist()}
+    rows = [i for i, r in enumerate(upserted.to_pylist()) if tuple(r.values()) in gone]
+    return upserted.take(pa.array(rows, pa.int64()))
 
 
 def keyed_stage_schema(metadata: TableMetadata) -> pa.Schema:

@@ -7,6 +7,8 @@ batches back into the same values. Nothing else reads or writes the Arrow layout
 - ``DataFileWritten``: a data file of the table; for keyed tables its identifier columns
   in file row order (the primary-key index learns them).
 - ``KeysDeleted``: keys whose last event in the batch is a delete.
+- ``KeysRenewed``: keys whose last event in the batch is an upsert after a delete in the
+  same batch: new rows (a new ``_row_id``), not updates of the rows the table holds.
 - ``RangeSeen``: the Kafka offsets ``[start, end)`` a task saw of one topic-partition,
   with the oldest and newest record timestamps (epoch ms) when the rows have them.
 - ``DeadLetterFileWritten``: a data file of the dead-letter table.
@@ -60,6 +62,11 @@ class KeysDeleted:
 
 
 @dataclass(frozen=True)
+class KeysRenewed:
+    keys: pa.Table
+
+
+@dataclass(frozen=True)
 class RangeSeen:
     topic: str
     partition: int
@@ -107,6 +114,7 @@ class TransactionRuns:
 Message = (
     DataFileWritten
     | KeysDeleted
+    | KeysRenewed
     | RangeSeen
     | DeadLetterFileWritten
     | DeadLettersSent
@@ -130,9 +138,10 @@ MESSAGE_SCHEMA = pa.schema(
     ]
 )
 
-_DATA, _DELETES, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCHEMA, _TXN_RUNS = (
+_DATA, _DELETES, _RENEWED, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCHEMA, _TXN_RUNS = (
     "data",
     "deletes",
+    "renewed",
     "range",
     "deadletter",
     "deadletters-sent",
@@ -182,6 +191,8 @@ def encode_row(m: Message) -> dict[str, Any]:
         return _row(_DATA, data_file_to_json(m.file), table_to_ipc(m.keys), m.file.record_count)
     if isinstance(m, KeysDeleted):
         return _row(_DELETES, "", table_to_ipc(m.keys), m.keys.num_rows)
+    if isinstance(m, KeysRenewed):
+        return _row(_RENEWED, "", table_to_ipc(m.keys), m.keys.num_rows)
     if isinstance(m, RangeSeen):
         stamps = [m.timestamp_min_ms, m.timestamp_max_ms]
         has_stamps = stamps != [None, None]
@@ -225,6 +236,11 @@ def _decode_row(kind: str | None, payload: str, keys: bytes | None, count: int |
         if table is None:
             raise ValueError("no keys")
         return KeysDeleted(table)
+    if kind == _RENEWED:
+        renewed = table_from_ipc(keys)
+        if renewed is None:
+            raise ValueError("no keys")
+        return KeysRenewed(renewed)
     if kind == _RANGE:
         topic, partition, start, end, *stamps = json.loads(payload)
         low, high = (stamps + [None, None])[:2]

@@ -161,7 +161,7 @@ def rewrite_group(
         merged = merged.take(order)
     per_file = _rows_per_file(inputs, merged, target_file_bytes)
     directory = _directory(table_location, data_path, partition_spec, schema, partition)
-    written_schema = _with_lineage(schema) if row_lineage else schema
+    written_schema = with_lineage(schema) if row_lineage else schema
     added, new_file, new_pos = [], [], []
     for k, start in enumerate(range(0, merged.rows.num_rows, per_file)):
         piece = merged.rows.slice(start, per_file)
@@ -176,7 +176,7 @@ def rewrite_group(
         written = write_data_file(
             io, location, piece, written_schema, partition=tuple(partition), spec_id=spec_id
         )
-        added.append(_table_metrics(written, sort_order))
+        added.append(table_metrics(written, sort_order))
         new_file.append(np.full(piece.num_rows, k, dtype=np.int64))
         new_pos.append(np.arange(piece.num_rows, dtype=np.int64))
     pmap = pm.PositionMap.from_rows(
@@ -214,7 +214,7 @@ def _directory(
     return f"{base}/{spec.partition_path(schema, partition)}"
 
 
-def _with_lineage(schema: Schema) -> Schema:
+def with_lineage(schema: Schema) -> Schema:
     """The table's schema plus the reserved lineage columns, as written to the file."""
     for f in schema.fields:
         if f.name in (rl.ROW_ID.name, rl.LAST_UPDATED_SEQUENCE_NUMBER.name):
@@ -222,7 +222,7 @@ def _with_lineage(schema: Schema) -> Schema:
     return Schema(schema.fields + rl.LINEAGE_FIELDS, schema_id=schema.schema_id)
 
 
-def _table_metrics(f: DataFile, sort_order: SortOrder) -> DataFile:
+def table_metrics(f: DataFile, sort_order: SortOrder) -> DataFile:
     """``f`` with metrics only for the table's columns (none for the reserved lineage
     columns, which are not in the schema readers prune with) and its sort order id."""
     return replace(

@@ -11,8 +11,8 @@ before it commits (the rewrite carries the batch's deletes).
 
 ``Model`` is the spec's intended lineage, from the issue's rules alone: an insert (a key
 not live, or live but deleted earlier in the same batch) mints an identity; an update of
-a live key keeps it when ``updates_keep_identity`` (v3 row lineage through updates; off
-while calving mints a new ``_row_id`` per update); a delete ends it; compaction changes
+a live key keeps it when ``updates_keep_identity`` (v3 row lineage through updates,
+which calving keeps); a delete ends it; compaction changes
 nothing. A key written by a batch was last updated by that commit's sequence number.
 It also yields the changes each commit makes, in the change-feed's vocabulary.
 """
@@ -57,11 +57,9 @@ SCHEMA = Schema(
     identifier_field_ids=(1,),
 )
 COLUMNS = ("id", "v", "note")
-#: The one switch for lineage through updates (issue 23, part 1). While False the model
-#: expects what calving does today: an update mints a new ``_row_id``. When updates keep
-#: their ``_row_id`` (``test_updates_keep_their_row_id`` starts to XPASS), set it True
-#: and delete that test.
-UPDATES_KEEP_ROW_ID = False
+#: The one switch for lineage through updates (issue 23, part 1): calving's updates keep
+#: their ``_row_id``, so the model's updates keep their identity.
+UPDATES_KEEP_ROW_ID = True
 POLICY = CompactionPolicy(target_file_bytes=1 << 20, min_input_files=2, max_group_bytes=1 << 24)
 TOPIC = "cdc"
 

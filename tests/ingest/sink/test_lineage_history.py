@@ -6,23 +6,23 @@ row's ``_row_id`` and ``_last_updated_sequence_number`` and the model says what 
 must be: each key keeps its identity exactly as long as the model says, ids are unique
 and never reused, and a row was last updated by the commit that last wrote it.
 
-``tests.support.cdc_history.UPDATES_KEEP_ROW_ID`` is the one switch for lineage through
-updates (issue 23 part 1): while it is False the model expects what calving does today
-(an update mints a new ``_row_id``); the strict xfail below runs the same checks with it
-on and starts to XPASS (failing the run) the day calving keeps identities through
-updates: then set it True and delete that test.
+``tests.support.cdc_history.UPDATES_KEEP_ROW_ID`` (True) says updates keep their
+``_row_id`` (issue 23 part 1): an update of a live key keeps its identity, a delete then
+re-insert of a key in one batch gets a new one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from calving.commit.catalog import SqlCatalog
 from tests.support.cdc_history import (
+    COLUMNS,
     UPDATES_KEEP_ROW_ID,
     History,
     Step,
@@ -31,6 +31,14 @@ from tests.support.cdc_history import (
     sqlite_catalog,
     steps_strategy,
 )
+from tests.support.lineage import (
+    lineage,
+    live_files,
+    read_metadata,
+    snapshot_of,
+    snapshot_rows,
+)
+from tests.support.oracles import ALL_READERS, duckdb_rows
 
 KEYS = 10
 
@@ -78,19 +86,65 @@ FIXED = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 23 part 1: an update keeps its _row_id (not on main yet); when this "
-    "XPASSes, set tests.support.cdc_history.UPDATES_KEEP_ROW_ID = True and delete this test",
-)
-def test_updates_keep_their_row_id() -> None:
-    with sqlite_catalog() as catalog:
-        run_and_check(catalog, FIXED, partitioned=False, keep=True)
-
-
-def test_the_fixed_history_passes_with_todays_lineage() -> None:
+def test_the_fixed_history_keeps_update_identities() -> None:
     with sqlite_catalog() as catalog:
         history = run_and_check(catalog, FIXED, partitioned=False, keep=UPDATES_KEEP_ROW_ID)
     kinds = [c.kind for c in history.commits]
     assert kinds.count("compaction") >= 2 and kinds.count("data") == len(FIXED)
     assert history.retried_batches >= 1 and history.carried_deletes >= 1
+
+
+# Inserts and updates in one file (keys 20, 21 are new; 2 and 5 are updated), a key
+# updated again in later batches (its update finds the id stored by the earlier one, then
+# the one a compaction stored), a key deleted and re-inserted in one batch.
+MIXED = [
+    Step("batch", (("u", 20), ("u", 2), ("u", 21), ("u", 5))),
+    Step("batch", (("u", 2), ("d", 20), ("u", 20), ("u", 9))),
+    Step("compact"),
+    Step("batch", (("u", 2), ("u", 21), ("u", 22))),
+]
+
+
+def _stored_row_ids(path: str) -> list[int | None]:
+    """The ``_row_id`` column a data file stores (by field id), read by pyarrow."""
+    table = pq.read_table(path.removeprefix("file://"))
+    for f in table.schema:
+        if f.metadata and f.metadata.get(b"PARQUET:field_id") == b"2147483540":
+            return table.column(f.name).to_pylist()
+    return []
+
+
+@pytest.mark.parametrize("partitioned", [False, True])
+def test_files_storing_row_ids_read_equal_to_the_model(partitioned: bool) -> None:
+    """Batch files whose updated rows store their old ``_row_id`` and inserted rows a
+    null one read back as the model's rows in pyiceberg, DuckDB and pyiceberg-core, and
+    DuckDB's ``_row_id`` / ``_last_updated_sequence_number`` are the reference reader's."""
+    with sqlite_catalog() as catalog:
+        history = run_and_check(catalog, MIXED, partitioned=partitioned, keep=True)
+        location = history.metadata_location()
+        want = sorted(tuple(s.values[c] for c in COLUMNS) for s in history.model.live.values())
+        for name, read in ALL_READERS.items():
+            assert read(location, COLUMNS) == want, name
+        ids = duckdb_rows(location, ("id", "_row_id", "_last_updated_sequence_number"))
+        assert {k: (r, s) for k, r, s in ids} == lineage(location, "id")
+        snapshot = snapshot_of(read_metadata(location))
+        batch_files = [f.path for f in live_files(snapshot) if "-rowid-" in f.path]
+        stored = [v for path in batch_files for v in _stored_row_ids(path)]
+        assert None in stored and any(v is not None for v in stored), stored
+
+
+def _row_ids_after(events: tuple[tuple[str, int], ...]) -> dict[int, int | None]:
+    with sqlite_catalog() as catalog:
+        history, _ = run_history(
+            catalog, [Step("batch", events)], partitioned=False, keep=True, keys=4
+        )
+        return {r.values["id"]: r.row_id for r in snapshot_rows(history.metadata_location())}
+
+
+def test_an_update_keeps_the_row_id_a_delete_then_insert_does_not() -> None:
+    """The first batch gives keys 0..3 ids 0..3. Upserting key 3 twice keeps id 3;
+    deleting it and upserting it again in one batch gives it a new id."""
+    assert _row_ids_after((("u", 3), ("u", 3))) == {0: 0, 1: 1, 2: 2, 3: 3}
+    renewed = _row_ids_after((("u", 3), ("d", 3), ("u", 3)))
+    assert {k: renewed[k] for k in (0, 1, 2)} == {0: 0, 1: 1, 2: 2}
+    assert renewed[3] is not None and renewed[3] > 3

@@ -119,6 +119,7 @@ _stamp = st.integers(min_value=0, max_value=2**50) | st.none()
 _messages = st.one_of(
     st.builds(msg.DataFileWritten, _data_files(), _key_tables() | st.none()),
     st.builds(msg.KeysDeleted, _key_tables()),
+    st.builds(msg.KeysRenewed, _key_tables()),
     st.builds(msg.RangeSeen, _text, _small, _ints, _ints, _stamp, _stamp),
     st.builds(msg.DeadLetterFileWritten, _data_files()),
     st.builds(msg.DeadLettersSent, st.lists(st.tuples(_text, _small, _ints)).map(tuple)),

@@ -162,6 +162,7 @@ class RowsSink(CalvingSink):
         return RowsParsed(
             files=parsed.files,
             delete_keys=parsed.delete_keys,
+            renewed_keys=parsed.renewed_keys,
             ranges=claim,
             rows_seen=parsed.rows_seen,
         )

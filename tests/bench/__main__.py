@@ -40,6 +40,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "commit_latency": _lazy("tests.bench.commit_latency"),
     "cdc_upsert": _lazy("tests.bench.cdc_upsert"),
     "changes": _lazy("tests.bench.changes"),
+    "lineage_cost": _lazy("tests.bench.lineage_cost"),
     "rest_catalog": _lazy("tests.bench.rest_catalog"),
     "decode_debezium": _lazy("tests.bench.decode_debezium"),
     "index": _lazy("tests.bench.index_bench"),

@@ -12,6 +12,7 @@ import pytest
 import calving
 from calving.commit.errors import ConfigError, SchemaError, StaleWriterError
 from calving.ingest.kafka.producer import produce
+from tests.support.lineage import lineage
 from tests.support.oracles import duckdb_rows, pyiceberg_rows
 from tests.support.streams import PATHS, kafka_stream
 
@@ -78,19 +79,27 @@ def test_decoded_rows_upserts_deletes_and_replayed_batch_ids(spark, tmp_path):
         ),
         0,
     )
-    # Batch 1: delete 2, update 3, insert 4 then delete it in the same batch, insert 5.
+    first = lineage(sink.table.metadata_location, "id")
+    # Batch 1: delete 2, update 3, insert 4 then delete it in the same batch, insert 5,
+    # delete 1 and insert it again (a new row).
     batch1 = [
         (2, None, None, "d"),
         (3, "c2", 3.5, "update"),
         (4, "d", 4.0, "insert"),
         (4, None, None, "DELETE"),
         (5, "e", 5.0, "r"),
+        (1, None, None, "d"),
+        (1, "a3", 1.7, "c"),
     ]
     sink(_frame(spark, batch1), 1)
-    expected = [(1, "a2", 1.5), (3, "c2", 3.5), (5, "e", 5.0)]
+    expected = [(1, "a3", 1.7), (3, "c2", 3.5), (5, "e", 5.0)]
     location = sink.table.metadata_location
     assert pyiceberg_rows(location, READ) == expected
     assert duckdb_rows(location, READ) == expected
+    # Row lineage: the update of 3 kept its _row_id; 1 (deleted, inserted) and 5 are new.
+    ids = {k: r for k, (r, _) in lineage(location, "id").items()}
+    old = {r for r, _ in first.values()}
+    assert ids[3] == first[3][0] and ids[1] not in old and ids[5] not in old
     snapshot = sink.table.metadata.current_snapshot_id
     assert sink.last_batch_id() == 1
 

@@ -18,6 +18,7 @@ from calving.ingest.kafka.producer import produce
 from calving.ingest.pipeline import Pipeline, build_pipeline
 from calving.ingest.sink.path_choice import choose_path
 from tests.support.cdc import COLUMNS, cdc_events
+from tests.support.lineage import identity_changes, lineage
 from tests.support.oracles import datafusion_rows, duckdb_rows, pyiceberg_rows
 
 
@@ -120,6 +121,19 @@ def test_cdc_stream_reads_back_exactly_on_either_path(path, spark, broker, make_
     assert _read_back(pipeline) == stream.expected
     assert pipeline.table.ledger(f"cdc_{path}") == {(topic, p): e for p, e in ends.items()}
     assert stream.deletes > 0 and pipeline.table.live_files().dvs
+    _check_lineage(pipeline.table.metadata_location)
+
+
+def _check_lineage(location: str) -> None:
+    """Row lineage as the spec derives it (``tests.support.lineage``): ids unique, DuckDB
+    shows the same ones, and rows updated by later batches kept their ``_row_id``."""
+    want = lineage(location, "id")
+    ids = {r for r, _ in want.values()}
+    assert len(ids) == len(want) and None not in ids
+    shown = duckdb_rows(location, ("id", "_row_id", "_last_updated_sequence_number"))
+    assert {k: (r, s) for k, r, s in shown} == want
+    kept, _ = identity_changes(location, "id")
+    assert kept > 0
 
 
 @pytest.mark.integration
@@ -137,6 +151,7 @@ def test_two_topics_into_one_keyed_table_take_the_shuffle_path(spark, broker, ma
     calls = _run(pipeline)
     assert calls["records"] >= 1 and calls["ranges"] == 0
     assert _read_back(pipeline) == sorted(expected)
+    _check_lineage(pipeline.table.refresh().metadata_location)
 
 
 def _shift(record: tuple[Any, ...], i: int) -> tuple[Any, ...]:

@@ -6,8 +6,8 @@ calving's real commit path (index lookup, new Parquet file, deletion vectors). T
 interleaved and repeated (median), each cold (calving's manifest caches cleared):
 
 * calving: ``read_changes`` from the snapshot before the upserts to the last one: one
-  change row per deleted and inserted row (C x B x 2 rows while updates mint a new
-  ``_row_id``), and the same range with ``net``;
+  change row per row before and after each update (C x B x 2 rows: UPDATE_BEFORE and
+  UPDATE_AFTER, the updates keeping their ``_row_id``), and the same range with ``net``;
 * pyiceberg: scan the table whole at both snapshots and diff the two by key (a full
   outer join on ``id``, keeping keys whose row changed).
 

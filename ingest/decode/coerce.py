@@ -12,7 +12,8 @@ Accepted inputs, by column type (beyond the value's own Python type):
 
 * long/int: ints in range (never bools, never floats, even integral ones).
 * double/float: ints and ``Decimal`` (JSON numbers read exactly); NaN and +-Infinity are
-  accepted because Python's ``json`` and Arrow's JSON reader both accept them.
+  accepted (Avro's IEEE values); JSON never brings them here (``json_values.parse_json``
+  makes such records dead letters).
 * decimal(P, S): ints, ``Decimal``, floats (via their shortest repr) and numeric strings
   (``[+-]digits[.digits][e[+-]digits]``), only when exact at scale S within precision P.
 * date / time / timestamp[tz][_ns]: ISO-8601 strings (``DATE_PATTERN``, ``TIME_PATTERN``,

@@ -36,6 +36,7 @@ from calving.ingest.decode.json_values import (
     candidate_mask,
     collect_unknown,
     newline_joined,
+    nonfinite_rows,
     read_json_buffer,
     to_target,
 )
@@ -107,7 +108,12 @@ class DebeziumVectorReader:
             table = read_json_buffer(text, schema, "infer")
             if table is not None and table.num_rows == n:
                 self.preferred = k
-                return table, self._events(table, row)
+                events = self._events(table, row)
+                if events is None:
+                    return table, None
+                # A non-finite float anywhere in the event: the per-event path decides.
+                finite = ~nonfinite_rows(table)
+                return table, (events[0] & finite, events[1] & finite)
         return None, None
 
     def _add(

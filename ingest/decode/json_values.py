@@ -19,13 +19,17 @@ string, a double, a boolean and a timestamptz; best of 3): vectorized ~625k reco
 per record ~110k records/s; with one bad record among the 100k, ~400k records/s.
 The vectorized path is skipped for schemas with map columns (Arrow's JSON reader cannot
 read objects into maps) and with ``case_insensitive`` (Arrow matches names exactly).
-Known leniency, shared by both paths: NaN/Infinity literals are accepted for float and
-double columns, and a duplicated key keeps its last value.
+Shared by both paths: a value that is not valid UTF-8 is a dead letter (Arrow's reader
+does not check strings, so such values never take the vectorized path); non-finite
+numbers follow ``parse_json``'s rule (a record Arrow read with a non-finite float
+anywhere, in a column or in a field the table lacks, goes per record, which decides);
+a duplicated key keeps its last value.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +85,23 @@ class JsonOptions:
 
 
 def _reject_constant(name: str) -> Any:
-    return float(name)  # NaN / Infinity / -Infinity: accepted, like Arrow's reader
+    raise Reject(MalformedRecordError, f"non-finite number {name} (not JSON; see format rules)")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise Reject(MalformedRecordError, f"number {_short(text)} is beyond the double range")
+    return value
+
+
+def _finite_fraction(text: str) -> JsonFraction:
+    _finite_float(text)
+    return JsonFraction(text)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_json_object(raw: bytes, exact_decimals: bool = False) -> dict[str, Any]:
@@ -97,18 +117,33 @@ def parse_json_object(raw: bytes, exact_decimals: bool = False) -> dict[str, Any
 
 
 def parse_json(raw: bytes, exact_decimals: bool = False) -> Any:
+    """One record's bytes -> its JSON value, or ``Reject(MalformedRecordError)``.
+
+    The rule for numbers that are not finite doubles (the same for every column type,
+    and for fields the table does not have): the literals ``NaN``, ``Infinity`` and
+    ``-Infinity`` (not JSON) and numbers beyond the double range (``1e400``) make the
+    record a dead letter; a number that underflows (``1e-400``) reads as 0.0.
+    """
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise Reject(MalformedRecordError, f"invalid UTF-8 at byte {exc.start}") from None
     try:
-        return json.loads(text, parse_float=JsonFraction if exact_decimals else None)
+        return json.loads(
+            text,
+            parse_float=_finite_fraction if exact_decimals else _finite_float,
+            parse_constant=_reject_constant,
+        )
     except json.JSONDecodeError as exc:
+        # Some messages end in "at" ("Unterminated string starting at"): no "at at".
+        msg = exc.msg.removesuffix(" at")
         raise Reject(
-            MalformedRecordError, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            MalformedRecordError, f"invalid JSON: {msg} at line {exc.lineno} column {exc.colno}"
         ) from None
     except RecursionError:
         raise Reject(MalformedRecordError, "JSON nested too deeply to decode") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise Reject(MalformedRecordError, f"invalid JSON number: {exc}") from None
 
 
 class JsonValueDecoder:
@@ -218,11 +253,13 @@ class VectorReader:
             return self._read_chunk(values, idx[:half], out) + self._read_chunk(
                 values, idx[half:], out
             )
+        refused = nonfinite_rows(table)
         if scan_unknown:
-            self._scan_unknown(values, idx, out)
+            refused |= self._scan_unknown(values, idx, out)
         else:
             collect_unknown(table.schema, self.reader_schema, "", out.unknown)
         columns, bad = self.finish(table)
+        bad |= refused
         good = ~bad
         if good.all():
             out.add_arrow_rows(idx, columns)
@@ -234,17 +271,21 @@ class VectorReader:
         out.add_arrow_rows(idx[good], [c.filter(keep) for c in columns])
         return [idx[bad]]
 
-    def _scan_unknown(self, values: pa.Array, idx: np.ndarray, out: BatchAssembler) -> None:
-        # Arrow could not infer one type per unknown field; collect names record by record
-        # (not those of records the converter refuses: they become dead letters).
-        for raw in values.take(pa.array(idx)).to_pylist():
+    def _scan_unknown(self, values: pa.Array, idx: np.ndarray, out: BatchAssembler) -> np.ndarray:
+        """Arrow could not infer one type per unknown field; collect names record by
+        record (not those of records the converter refuses: they become dead letters).
+        Returns the mask of the records refused (left to the per-record path)."""
+        refused = np.zeros(len(idx), dtype=bool)
+        for i, raw in enumerate(values.take(pa.array(idx)).to_pylist()):
             fields: dict[str, set[str]] = {}
             try:
                 self.converter.convert(parse_json_object(raw), fields)
             except (Reject, CoercionError):
+                refused[i] = True
                 continue
             for path, kinds in fields.items():
                 out.unknown.setdefault(path, set()).update(kinds)
+        return refused
 
     def finish(self, table: pa.Table) -> tuple[list[pa.Array], np.ndarray]:
         bad = np.zeros(table.num_rows, dtype=bool)
@@ -385,6 +426,7 @@ def candidate_mask(values: pa.Array) -> np.ndarray:
     one_line = pc.invert(pc.or_(pc.match_substring(values, "\n"), pc.match_substring(values, "\r")))
     lengths = pc.binary_length(values)
     mask = pc.and_(pc.and_(starts, one_line), pc.less_equal(lengths, _MAX_VECTOR_VALUE_BYTES))
+    mask = pc.and_(mask, pa.array(valid_utf8_mask(values)))
     if (pc.max(lengths).as_py() or 0) > _ALWAYS_SHALLOW_BYTES:
         brackets = pc.add(pc.count_substring(values, "{"), pc.count_substring(values, "["))
         shallow = pc.or_(
@@ -392,6 +434,55 @@ def candidate_mask(values: pa.Array) -> np.ndarray:
         )
         mask = pc.and_(mask, shallow)
     return mask.fill_null(False).to_numpy(zero_copy_only=False)
+
+
+def nonfinite_rows(table: pa.Table) -> np.ndarray:
+    """Rows of a table Arrow's JSON reader read that hold a NaN or infinite float at any
+    depth, in any column (a field the table lacks included)."""
+    bad = np.zeros(table.num_rows, dtype=bool)
+    for column in table.columns:
+        bad |= _nonfinite(column.combine_chunks())
+    return bad
+
+
+def _nonfinite(arr: pa.Array) -> np.ndarray:
+    t = arr.type
+    if pa.types.is_floating(t):
+        return pc.invert(pc.is_finite(arr)).fill_null(False).to_numpy(zero_copy_only=False)
+    bad = np.zeros(len(arr), dtype=bool)
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            bad |= _nonfinite(arr.field(i))
+    elif pa.types.is_list(t) or pa.types.is_large_list(t):
+        child = _nonfinite(arr.flatten())
+        if child.any():
+            parents = pc.list_parent_indices(arr).to_numpy()
+            bad[np.unique(parents[child])] = True
+    return bad
+
+
+def valid_utf8_mask(values: pa.Array) -> np.ndarray:
+    """Values that are valid UTF-8 (nulls count as valid).
+
+    Arrow's JSON reader does not check the UTF-8 inside strings: a value it reads must
+    be known valid, or an invalid string would reach the Parquet writer (and fail the
+    task there) instead of being a dead letter. One cast checks the whole array (it
+    validates); only when it fails is each value checked on its own.
+    """
+    try:
+        values.cast(pa.string())
+        return np.ones(len(values), dtype=bool)
+    except (pa.ArrowInvalid, UnicodeError):
+        pass
+    out = np.ones(len(values), dtype=bool)
+    for i, raw in enumerate(values.to_pylist()):
+        if raw is None:
+            continue
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            out[i] = False
+    return out
 
 
 def newline_joined(values: pa.Array) -> pa.Buffer:

@@ -358,6 +358,7 @@ def build_many_sink(
                 sink_cfg.transaction_topic,
                 config.source.source_options(),
                 sink_cfg.transaction_timeout_seconds,
+                sink_cfg.topic_prefix,
             )
             if sink_cfg.transaction_topic
             else None

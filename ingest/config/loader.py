@@ -181,6 +181,7 @@ def _check_across(config: CalvingConfig) -> None:
                 f"format.type: a routed table name needs change events that carry their "
                 f'table\'s schema and key ({" or ".join(ROUTED_FORMATS)}), got "{fmt.type}"'
             )
+        _check_routed_unsupported(config)
         return
     if fmt.keyed and not table.identifier_fields:
         raise ConfigError(
@@ -192,6 +193,25 @@ def _check_across(config: CalvingConfig) -> None:
             f'table.infer_schema: only JSON formats can be inferred, not "{fmt.type}"; '
             "declare [[table.columns]]"
         )
+
+
+def _check_routed_unsupported(config: CalvingConfig) -> None:
+    """A many-table pipeline does not yet serve Prometheus metrics, write the per-batch
+    JSON line or run inline maintenance: a config asking for them is refused, never
+    silently ignored."""
+    unwired = "is not wired for a routed table name (many tables) yet"
+    if config.maintenance.inline:
+        raise ConfigError(
+            f"maintenance.inline: inline maintenance {unwired}; run calving maintain "
+            "per table instead, or leave inline unset"
+        )
+    defaults = MetricsConfig()
+    for key in METRICS_KEYS:
+        if getattr(config.metrics, key) != getattr(defaults, key):
+            raise ConfigError(
+                f"metrics.{key}: [metrics] {unwired}; remove the [metrics] section (each "
+                "batch's log line on the calving.many logger names its tables)"
+            )
 
 
 def read_toml(path: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ SINK_KEYS = (
     "path",
     "transaction_topic",
     "transaction_timeout",
+    "topic_prefix",
 )
 #: ``[sink] path``: how records reach the writers (see ``calving.ingest.sink.path_choice``).
 SINK_PATHS = ("auto", "fused", "shuffle")
@@ -67,6 +68,10 @@ class SinkConfig:
     #: How long an incomplete source transaction may hold its events back before they
     #: are committed anyway (``"5 minutes"``).
     transaction_timeout: str = "5 minutes"
+    #: With ``transaction_topic``: Debezium's ``topic.prefix``; an END marker's data
+    #: collection ``X`` no event has named yet is topic ``<topic_prefix>.X``. Default:
+    #: ``transaction_topic`` without its ``.transaction`` suffix.
+    topic_prefix: str | None = None
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
 
     def __repr__(self) -> str:
@@ -126,11 +131,19 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
     )
     interval = _duration(s, "trigger_interval", "2 seconds")
     txn_timeout = _duration(s, "transaction_timeout", "5 minutes")
+    transaction_topic = s.string("transaction_topic", what="a Kafka topic name")
     dead_table = s.string("dead_letter_table", what='a table name ("namespace.table" or "table")')
     if dead_table is not None:
         if "." not in dead_table:
-            # A bare name lives in the main table's namespace.
-            dead_table = table_name.rsplit(".", 1)[0] + "." + dead_table
+            # A bare name lives in the main table's namespace; a template has none.
+            namespace = table_name.rsplit(".", 1)[0]
+            if "{" in namespace:
+                s.fail(
+                    "dead_letter_table",
+                    f"a bare name has no namespace when table.name is a template "
+                    f'({table_name!r}); give "namespace.{dead_table}"',
+                )
+            dead_table = namespace + "." + dead_table
         try:
             check_ident(tuple(dead_table.split(".")))
         except CalvingError:
@@ -157,12 +170,47 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         index_save_every=s.integer("index_save_every", 20, minimum=1) or 20,
         evolve_schema=s.boolean("evolve_schema", True),
         path=_path(s),
-        transaction_topic=s.string("transaction_topic", what="a Kafka topic name"),
+        transaction_topic=transaction_topic,
         transaction_timeout=txn_timeout.strip(),
+        topic_prefix=_topic_prefix(s, transaction_topic),
         env_keys=s.env_names(),
     )
     s.finish()
     return config
+
+
+#: The suffix of Debezium's default transaction topic name (``<topic.prefix>.transaction``).
+TRANSACTION_SUFFIX = ".transaction"
+
+
+def _topic_prefix(s: Section, transaction_topic: str | None) -> str | None:
+    """``topic_prefix``, or the one ``transaction_topic`` is named after; refused when
+    neither tells how END markers' data collections name topics."""
+    prefix = s.string("topic_prefix", what="Debezium's topic.prefix")
+    if prefix is not None and transaction_topic is None:
+        s.fail("topic_prefix", "maps transaction END markers to topics: set transaction_topic")
+    if prefix is not None:
+        if not prefix.strip() or prefix.endswith("."):
+            shown = s.shown(s.key("topic_prefix"), prefix)
+            s.fail(
+                "topic_prefix",
+                f'expected Debezium\'s topic.prefix such as "dbserver1", got {shown}',
+            )
+        return prefix
+    if transaction_topic is None:
+        return None
+    if (
+        not transaction_topic.endswith(TRANSACTION_SUFFIX)
+        or transaction_topic == TRANSACTION_SUFFIX
+    ):
+        shown = s.shown(s.key("transaction_topic"), transaction_topic)
+        s.fail(
+            "transaction_topic",
+            f"{shown} is not named <topic.prefix>.transaction, so END markers' data "
+            "collections cannot be mapped to topics; set sink.topic_prefix to Debezium's "
+            "topic.prefix",
+        )
+    return transaction_topic[: -len(TRANSACTION_SUFFIX)]
 
 
 def _duration(s: Section, name: str, default: str) -> str:

@@ -37,7 +37,7 @@ _MICRO_TS = "io.debezium.time.MicroTimestamp"
 @dataclass(frozen=True)
 class Column:
     name: str
-    #: Kafka Connect type: int32, int64, string, boolean, float64, decimal, timestamp.
+    #: Kafka Connect type: int32, int64, string, boolean, float32, float64, decimal, timestamp.
     type: str
     optional: bool = True
     scale: int = 2
@@ -93,7 +93,7 @@ class Column:
 
 
 _AVRO_PRIMITIVES = {"int32": "int", "int64": "long", "string": "string", "boolean": "boolean",
-                    "float64": "double"}  # fmt: skip
+                    "float32": "float", "float64": "double"}  # fmt: skip
 _EPOCH_MICROS = int(_EPOCH.replace(tzinfo=dt.timezone.utc).timestamp()) * 1_000_000
 
 

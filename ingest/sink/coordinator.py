@@ -68,6 +68,9 @@ class ParsedMessages:
     timestamp_max_ms: int | None = None
     #: Input rows seen (the decoded-rows path; the Kafka path counts offsets).
     rows_seen: int = 0
+    #: Records not yet judged (``DeadLettersDeferred``): the batch must be written again
+    #: before it can be committed.
+    deferred: int = 0
 
     @property
     def records(self) -> int:
@@ -114,6 +117,8 @@ class ParsedMessages:
                 self.unknown_fields.setdefault(path, set()).update(kinds)
         elif isinstance(m, msg.RowsSeen):
             self.rows_seen += m.count
+        elif isinstance(m, msg.DeadLettersDeferred):
+            self.deferred += m.count
 
     @classmethod
     def of(cls, messages: Iterable[msg.Message]) -> ParsedMessages:

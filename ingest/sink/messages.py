@@ -13,6 +13,10 @@ batches back into the same values. Nothing else reads or writes the Arrow layout
   with the oldest and newest record timestamps (epoch ms) when the rows have them.
 - ``DeadLetterFileWritten``: a data file of the dead-letter table.
 - ``DeadLettersSent``: the coordinates of dead letters sent to the dead-letter topic.
+- ``DeadLettersDeferred``: how many records a many-table task could not decode while
+  its table's events carried a schema the driver had not yet checked: they are not
+  judged (neither sent nor raised) until the table has evolved and the batch is written
+  again.
 - ``UnknownFields``: fields the live (not dead-lettered) records had and the table lacks.
 - ``RowsSeen``: how many decoded input rows a task saw (the rows path).
 - ``SchemaSeen``: a change-event value schema a task saw (JSON text, e.g. the Kafka
@@ -87,6 +91,11 @@ class DeadLettersSent:
 
 
 @dataclass(frozen=True)
+class DeadLettersDeferred:
+    count: int
+
+
+@dataclass(frozen=True)
 class UnknownFields:
     #: Dotted field path -> the kinds of values seen (``long``, ``string`` ...).
     fields: Mapping[str, frozenset[str]] = field(default_factory=dict)
@@ -118,6 +127,7 @@ Message = (
     | RangeSeen
     | DeadLetterFileWritten
     | DeadLettersSent
+    | DeadLettersDeferred
     | UnknownFields
     | RowsSeen
     | SchemaSeen
@@ -150,6 +160,7 @@ _DATA, _DELETES, _RENEWED, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCH
     "schema",
     "txn-runs",
 )
+_DEAD_DEFERRED = "deadletters-deferred"
 #: ``MESSAGE_SCHEMA`` plus the ``tag`` (topic) of each message: a many-table task.
 TAGGED_SCHEMA = MESSAGE_SCHEMA.append(pa.field("tag", pa.string()))
 
@@ -203,6 +214,8 @@ def encode_row(m: Message) -> dict[str, Any]:
     if isinstance(m, DeadLettersSent):
         sent = json.dumps([list(c) for c in m.coordinates], separators=(",", ":"))
         return _row(_DEAD_SENT, sent, None, len(m.coordinates))
+    if isinstance(m, DeadLettersDeferred):
+        return _row(_DEAD_DEFERRED, "", None, m.count)
     if isinstance(m, UnknownFields):
         fields = {path: sorted(kinds) for path, kinds in sorted(m.fields.items())}
         return _row(_UNKNOWN, json.dumps(fields), None, len(fields))
@@ -250,6 +263,8 @@ def _decode_row(kind: str | None, payload: str, keys: bytes | None, count: int |
     if kind == _DEAD_SENT:
         sent = tuple((str(t), int(p), int(o)) for t, p, o in json.loads(payload))
         return DeadLettersSent(sent)
+    if kind == _DEAD_DEFERRED:
+        return DeadLettersDeferred(int(count or 0))
     if kind == _UNKNOWN:
         fields = {path: frozenset(kinds) for path, kinds in json.loads(payload).items()}
         return UnknownFields(fields)

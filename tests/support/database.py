@@ -37,6 +37,8 @@ def many_config(
     trigger: str = "1 second",
     transaction_topic: str | None = None,
     transaction_timeout: str | None = None,
+    dead_letter_table: str | None = "ops.dead_letters",
+    topic_prefix: str | None = None,
 ) -> CalvingConfig:
     """The pipeline config replicating ``db`` (its Avro schemas from ``db.schema_dir``
     when it writes Avro)."""
@@ -61,17 +63,20 @@ def many_config(
         "sink": {
             "writer_id": WRITER,
             "checkpoint": str(warehouse / "checkpoint"),
-            "dead_letter_table": "ops.dead_letters",
             "trigger_interval": trigger,
         },
         "spark": {"master": "local[2]"},
     }
+    if dead_letter_table:
+        doc["sink"]["dead_letter_table"] = dead_letter_table
     if tables:
         doc["tables"] = tables
     if transaction_topic:
         doc["sink"]["transaction_topic"] = transaction_topic
     if transaction_timeout:
         doc["sink"]["transaction_timeout"] = transaction_timeout
+    if topic_prefix:
+        doc["sink"]["topic_prefix"] = topic_prefix
     return parse_config(doc, "many-tables test")
 
 

@@ -4,7 +4,11 @@ A task gets the range rows Spark gave it (``topic``, ``partition``, ``start``, `
 and a ``TablePlan`` per topic (the plans are pickled once per batch). It reads each range
 with confluent-kafka, notes the value schemas the change events carry (``SchemaSniffer``),
 decodes with the table's decoder and writes the table's files: appends as they come,
-keyed tables keeping each key's last event. A table stopped by an incompatible schema
+keyed tables keeping each key's last event. A record that does not decode is not judged
+while its table's ranges carry a value schema the driver has not checked against the
+table (``TablePlan.settled``): the task reports ``DeadLettersDeferred`` instead, and the
+driver evolves the table and writes the batch again before any record is a dead letter
+(a widened column's values fit only after the table widened). A table stopped by an incompatible schema
 change sends every record to the dead-letter destination instead. Messages come back
 tagged with the table's name (``encode_tagged``): the driver collects only those.
 """
@@ -38,6 +42,7 @@ from calving.ingest.sink.many.transactions import (
 )
 from calving.ingest.sink.messages import (
     DataFileWritten,
+    DeadLettersDeferred,
     Message,
     SchemaSeen,
     encode_tagged,
@@ -62,6 +67,9 @@ class TablePlan:
     stopped: str | None = None
     #: With source-transaction boundaries: which events this batch may write.
     scope: TransactionScope | None = None
+    #: The value schemas (``SchemaSeen`` texts) known to need no table change; a task
+    #: that sees another defers its dead letters. None: every record is judged.
+    settled: frozenset[str] | None = None
 
 
 class SchemaSniffer:
@@ -192,8 +200,19 @@ def table_messages(
             if rows is not None:
                 writer.write(rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names]))
         messages = [DataFileWritten(w.data_file) for w in writer.close()]
-    done = messages + decoding.finish(io) + sniffer.messages()
+    deferred = _defer(plan, decoding, sniffer)
+    done = messages + deferred + decoding.finish(io) + sniffer.messages()
     return done + ([runs.message()] if runs is not None else [])
+
+
+def _defer(plan: TablePlan, decoding: Decoding, sniffer: SchemaSniffer) -> list[Message]:
+    """The dead letters taken from ``decoding`` (not sent, not raised) when the records
+    carried a schema the driver has not checked yet: the table may have to evolve first."""
+    if plan.settled is None or not decoding.dead or sniffer.schemas <= plan.settled:
+        return []
+    count = sum(t.num_rows for t in decoding.dead)
+    decoding.dead = []
+    return [DeadLettersDeferred(count)]
 
 
 def _all_dead(plan: TablePlan, batches: Iterable[pa.RecordBatch]) -> list[Message]:

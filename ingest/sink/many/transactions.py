@@ -1,9 +1,11 @@
 """Source-transaction boundaries (Debezium ``provide.transaction.metadata``).
 
 Debezium writes a ``BEGIN`` and an ``END`` record per source transaction to
-``<prefix>.transaction``; the ``END`` counts the transaction's events per table topic
-(``data_collections``), and every change event names its transaction
-(``transaction.id``). With ``[sink] transaction_topic`` a batch commits a prefix of the
+``<prefix>.transaction``; the ``END`` counts the transaction's events per data collection
+(``data_collections``: ``schema.table``, ``db.table`` ... by connector), and every change
+event names its transaction (``transaction.id``). A data collection is the topic whose
+events' ``source`` block names it (``collection_names``); one no event named yet is
+``<topic.prefix>.<collection>`` (``[sink] topic_prefix``). With ``[sink] transaction_topic`` a batch commits a prefix of the
 source's transactions, in ``END`` order, whose events are all in hand:
 
 1. the driver reads the transaction topic's new markers (``TransactionTracker``);
@@ -149,6 +151,65 @@ def end_marker(offset: int, value: bytes | None) -> EndMarker | None:
     return EndMarker(str(doc.get("id")), offset, counts)
 
 
+def collection_names(source: Mapping[str, Any] | None) -> list[str]:
+    """The names an END marker may give the data collection of a change event with this
+    ``source`` block: ``schema.table`` (PostgreSQL), ``db.table`` (MySQL),
+    ``db.schema.table`` (SQL Server, Oracle), ``db.collection`` (MongoDB)."""
+    if not source:
+        return []
+    db, schema = source.get("db"), source.get("schema")
+    table = source.get("table") or source.get("collection")
+    if not table:
+        return []
+    parts = [(schema, table), (db, table), (db, schema, table)]
+    out = [".".join(map(str, p)) for p in parts if all(p)]
+    return list(dict.fromkeys(out))
+
+
+def bounded(spans: Mapping[str, list[OffsetRange]], limit: int) -> dict[str, list[OffsetRange]]:
+    """``spans`` cut to at most ``limit`` records in all: each range keeps its first
+    offsets, in proportion to its length (largest remainders first)."""
+    ranges = [r for rs in spans.values() for r in rs]
+    total = sum(r.end - r.start for r in ranges)
+    if total <= limit:
+        return {t: list(rs) for t, rs in spans.items()}
+    keep = [(r.end - r.start) * limit // total for r in ranges]
+    by_remainder = sorted(
+        range(len(ranges)), key=lambda i: -((ranges[i].end - ranges[i].start) * limit % total)
+    )
+    for i in by_remainder[: limit - sum(keep)]:
+        keep[i] += 1
+    out: dict[str, list[OffsetRange]] = {}
+    for r, n in zip(ranges, keep):
+        if n > 0:
+            out.setdefault(r.topic, []).append(
+                OffsetRange(r.topic, r.partition, r.start, r.start + n)
+            )
+    return out
+
+
+def possible(
+    pending: Sequence[EndMarker],
+    available: Mapping[str, int],
+    collection: Callable[[str], str | None],
+) -> frozenset[str]:
+    """The ended transactions a batch can commit, as far as the END markers tell: the
+    longest prefix of ``pending`` whose events, added up per topic, fit in the records
+    ``available`` per topic. Events of later ones are not written (they would be written
+    again up to the horizon)."""
+    need: dict[str, int] = {}
+    out = set()
+    for end in pending:
+        for name, n in end.counts.items():
+            topic = collection(name)
+            if topic is not None:
+                need[topic] = need.get(topic, 0) + n
+        if any(n > available.get(t, 0) for t, n in need.items()):
+            break
+        out.add(end.txid)
+    return frozenset(out)
+
+
 @dataclass(frozen=True)
 class Horizon:
     """What a batch commits: the ended transactions inside it, the last of them, and
@@ -208,8 +269,18 @@ class TransactionTracker:
     """The driver's view of the transaction topic and of what each topic-partition has
     committed (``floor``) and been planned up to (``ceiling``)."""
 
-    def __init__(self, topic: str, options: KafkaSourceOptions, timeout_s: float) -> None:
+    def __init__(
+        self,
+        topic: str,
+        options: KafkaSourceOptions,
+        timeout_s: float,
+        topic_prefix: str | None = None,
+    ) -> None:
         self.topic = topic
+        #: Debezium's ``topic.prefix``: a data collection no event named yet is topic
+        #: ``<topic_prefix>.<collection>`` (``[sink] topic_prefix``, or the transaction
+        #: topic's name without ``.transaction``).
+        self.topic_prefix = topic_prefix or topic.removesuffix(".transaction")
         self.options = options
         self.timeout_s = timeout_s
         #: Next transaction-topic offset not committed (None: from its earliest).
@@ -222,6 +293,12 @@ class TransactionTracker:
         self.blocked_by: str | None = None
         self.gave_up: list[str] = []
         self.restored = False
+        #: The records a batch may read (``max_offsets_per_trigger``, doubled while
+        #: batches that were cut complete no transaction).
+        self.bound: int | None = None
+        #: The last batch was cut by the bound / completed no transaction.
+        self.truncated = False
+        self.stalled = False
 
     @property
     def tp(self) -> TopicPartition:
@@ -269,6 +346,30 @@ class TransactionTracker:
             start = self.floor.get(tp, end)
             if start < end:
                 out.setdefault(tp[0], []).append(OffsetRange(tp[0], tp[1], start, end))
+        return self._bounded(out)
+
+    def _bounded(self, spans: dict[str, list[OffsetRange]]) -> dict[str, list[OffsetRange]]:
+        """``spans`` within ``max_offsets_per_trigger`` (each topic-partition keeps its
+        first offsets). A batch that was cut and completed no transaction doubles the
+        bound for the next, so a transaction larger than the cap is still read whole."""
+        cap = self.options.max_offsets_per_trigger
+        if cap is None:
+            self.truncated = False
+            return spans
+        if self.stalled and self.truncated:
+            self.bound = max(self.bound or cap, cap) * 2
+            log.info(
+                "the last batch completed no source transaction within %d records: reading "
+                "up to %d (max_offsets_per_trigger = %d)",
+                self.bound // 2,
+                self.bound,
+                cap,
+            )
+        elif not self.stalled:
+            self.bound = cap
+        limit = self.bound or cap
+        out = bounded(spans, limit)
+        self.truncated = out != spans
         return out
 
     def read_markers(self) -> None:
@@ -294,7 +395,9 @@ class TransactionTracker:
                     self.pending.append(marker)
         self.read_to = latest
 
-    def scope(self) -> TransactionScope:
+    def scope(self, ended: frozenset[str] | None = None) -> TransactionScope:
+        """What tasks may write: ``ended`` (default: every pending END), or everything
+        after the timeout."""
         now = time.monotonic()
         if self.blocked_since is not None and now - self.blocked_since > self.timeout_s:
             log.warning(
@@ -305,7 +408,9 @@ class TransactionTracker:
             )
             self.gave_up.append(self.blocked_by or "?")
             return TransactionScope(everything=True)
-        return TransactionScope(ended=frozenset(m.txid for m in self.pending))
+        if ended is None:
+            ended = frozenset(m.txid for m in self.pending)
+        return TransactionScope(ended=ended)
 
     def committed(
         self, h: Horizon, scope: TransactionScope, read: Mapping[TopicPartition, int]
@@ -313,6 +418,7 @@ class TransactionTracker:
         """Move on after the batch's commit: floors to the cuts, ENDs inside the horizon
         done, the transaction topic's position after the last of them."""
         if scope.everything:
+            self.stalled = False
             self.pending = []
             self.position = self.read_to
             for tp, end in read.items():
@@ -321,6 +427,7 @@ class TransactionTracker:
             self.blocked_by = None
             return
         self.floor.update(h.cuts)
+        self.stalled = h.last is None
         self.pending = [m for m in self.pending if m.txid not in h.included]
         if h.last is not None:
             self.position = max(self.position or 0, h.last.offset + 1)

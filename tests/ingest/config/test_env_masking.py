@@ -104,6 +104,7 @@ CASES = [
     ("sink.path", S, "sink.path"),
     ("sink.transaction_topic", "   ", "sink.transaction_topic"),
     ("sink.transaction_timeout", S, "sink.transaction_timeout"),
+    ("sink.topic_prefix", f"{S}.", "sink.topic_prefix"),
     ("spark", {"master": S}, "spark.master"),
     ("spark", {"app_name": "   "}, "spark.app_name"),
     ("spark", {"conf": {"spark.executor.cores": S}}, 'spark.conf."spark.executor.cores"'),

@@ -94,3 +94,63 @@ def test_a_bad_template_names_the_key():
     doc = routed()
     doc["table"]["name"] = "{schema}.{nonsense}"
     assert error_of(doc).count("table.name") >= 1
+
+
+def test_a_bare_dead_letter_table_needs_a_namespace_under_a_template():
+    doc = routed()
+    doc["sink"]["dead_letter_table"] = "dead_letters"
+    message = error_of(doc)
+    assert message.endswith(
+        "sink.dead_letter_table: a bare name has no namespace when table.name is a template "
+        """('{schema}.{table}'); give "namespace.dead_letters\""""
+    ), message
+    assert "\n" not in message
+    doc["sink"]["dead_letter_table"] = "ops.dead_letters"
+    assert parse(doc).sink.dead_letter_table == "ops.dead_letters"
+    doc = routed()  # a topic map with a plain table.name: its namespace holds a bare name
+    doc["table"]["name"] = "shop.unused"
+    doc["table"]["topic_map"] = {"db1.shop.orders": "sales.orders"}
+    doc["sink"]["dead_letter_table"] = "dead_letters"
+    assert parse(doc).sink.dead_letter_table == "shop.dead_letters"
+
+
+def test_transaction_topic_names_how_collections_map_to_topics():
+    doc = routed()
+    doc["sink"]["transaction_topic"] = "db1.transaction"
+    assert parse(doc).sink.topic_prefix == "db1"
+    doc["sink"]["transaction_topic"] = "dbz-tx"  # not <topic.prefix>.transaction
+    message = error_of(doc)
+    assert message.endswith(
+        "sink.transaction_topic: 'dbz-tx' is not named <topic.prefix>.transaction, so END "
+        "markers' data collections cannot be mapped to topics; set sink.topic_prefix to "
+        "Debezium's topic.prefix"
+    ), message
+    doc["sink"]["topic_prefix"] = "db1"
+    assert parse(doc).sink.topic_prefix == "db1"
+    doc["sink"]["topic_prefix"] = "db1."
+    assert "sink.topic_prefix: expected Debezium's topic.prefix" in error_of(doc)
+    del doc["sink"]["transaction_topic"]
+    doc["sink"]["topic_prefix"] = "db1"
+    message = error_of(doc)
+    assert message.endswith("sink.topic_prefix: maps transaction END markers to topics: set "
+                            "transaction_topic"), message  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "key"),
+    [
+        ("maintenance", {"inline": True}, "maintenance.inline"),
+        ("metrics", {"enabled": True}, "metrics.enabled"),
+        ("metrics", {"port": 9464}, "metrics.enabled"),
+        ("metrics", {"log_batches": False}, "metrics.log_batches"),
+        ("metrics", {"lag": False}, "metrics.lag"),
+    ],
+)
+def test_settings_a_routed_pipeline_does_not_serve_are_refused(section, values, key):
+    doc = routed()
+    doc[section] = values
+    message = error_of(doc)
+    assert f"{key}: " in message and "not wired for a routed table name" in message, message
+    assert "\n" not in message
+    doc[section] = {"inline": False} if section == "maintenance" else {"enabled": False}
+    parse(doc)  # settings the pipeline honours (the defaults) parse

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.sink.many.tasks import SchemaSniffer
 from calving.ingest.sink.many.transactions import (
     EndMarker,
     RunBuilder,
     TransactionScope,
+    bounded,
+    collection_names,
     end_marker,
     horizon,
+    possible,
     transaction_ids,
 )
 
@@ -113,3 +119,46 @@ def test_ranges_are_packed_into_few_tasks_keeping_groups_whole():
     assert sorted(sum(r[3] - r[2] for r in g) for g in packed) == [120, 130]
     assert any(("c", 0, 0, 60) in g and ("c", 1, 0, 50) in g for g in packed)
     assert pack(groups[:2], 4) == groups[:2]
+
+
+@pytest.mark.parametrize(
+    ("source", "names"),
+    [
+        ({"connector": "postgresql", "db": "shop", "schema": "public", "table": "orders"},
+         ["public.orders", "shop.orders", "shop.public.orders"]),
+        ({"connector": "mysql", "db": "inventory", "table": "customers"}, ["inventory.customers"]),
+        ({"connector": "mongodb", "db": "inv", "collection": "items"}, ["inv.items"]),
+        ({"connector": "mysql", "db": "inventory"}, []),
+        (None, []),
+    ],
+)  # fmt: skip
+def test_a_source_block_names_its_data_collection(source, names):
+    assert collection_names(source) == names
+
+
+def test_a_batch_is_bounded_keeping_each_partitions_first_offsets():
+    spans = {
+        "a": [OffsetRange("a", 0, 100, 700), OffsetRange("a", 1, 0, 300)],
+        "b": [OffsetRange("b", 0, 50, 150)],
+    }
+    out = bounded(spans, 500)
+    assert sum(r.end - r.start for rs in out.values() for r in rs) == 500
+    assert out == {
+        "a": [OffsetRange("a", 0, 100, 400), OffsetRange("a", 1, 0, 150)],
+        "b": [OffsetRange("b", 0, 50, 100)],
+    }
+    assert bounded(spans, 1000) == spans
+    tiny = bounded(spans, 2)  # the largest remainders get the records left
+    assert sum(r.end - r.start for rs in tiny.values() for r in rs) == 2
+
+
+def test_only_transactions_whose_events_fit_are_written():
+    pending = [
+        EndMarker("t1", 1, {"s.a": 3, "s.b": 1}),
+        EndMarker("t2", 2, {"s.a": 5}),
+        EndMarker("t3", 3, {"s.b": 1, "s.skipped": 100}),
+    ]
+    topic = {"s.a": "p.s.a", "s.b": "p.s.b"}.get
+    assert possible(pending, {"p.s.a": 8, "p.s.b": 2}, topic) == {"t1", "t2", "t3"}
+    assert possible(pending, {"p.s.a": 7, "p.s.b": 2}, topic) == {"t1"}  # t2 needs 8
+    assert possible(pending, {"p.s.a": 3}, topic) == frozenset()  # no p.s.b records

@@ -27,6 +27,8 @@ from tests.support.oracles import pyiceberg_rows
 
 pytestmark = pytest.mark.integration
 
+MAX_OFFSETS = 90
+
 
 class Checker:
     """Reads the three shop tables after every commit: cross-table problems, and (with
@@ -38,9 +40,13 @@ class Checker:
         self.problems: list[str] = []
         self.checked: list[str | None] = []
         self.held: list[int] = []
+        #: Per batch: records read, and the bound they were read under.
+        self.reads: list[tuple[int, int | None]] = []
 
     def __call__(self, stats: ManyBatchStats) -> None:
         assert self.sink is not None
+        tracker = self.sink.transactions
+        self.reads.append((stats.read, tracker.bound if tracker is not None else None))
         routed = {t: self.sink.tables.get(f"shop.{t}") for t in SHOP_TABLES}
         if any(r is None for r in routed.values()):
             return
@@ -66,19 +72,28 @@ class Checker:
         return self.db.tables[table].column_names
 
 
-def _replicate(spark: Any, broker: Any, tmp_path: Path, boundaries: bool) -> tuple[Checker, Any]:
+def _replicate(
+    spark: Any,
+    broker: Any,
+    tmp_path: Path,
+    boundaries: bool,
+    marker_topic: str | None = None,
+    topic_prefix: str | None = None,
+) -> tuple[Checker, Any]:
+    """``marker_topic``: where the markers go (default ``<prefix>.transaction``)."""
     db = SourceDatabase(prefix=unique_name("tx"), keep_history=True)
     for table, n in zip(shop_tables(), (2, 3, 1)):
         table.partitions = n
         db.add_table(table)
     work = ShopWorkload(db, seed=13)
     create_topics(broker, db)
-    broker.create_topic(db.transaction_topic, 1)
+    markers = marker_topic.format(prefix=db.prefix) if marker_topic else db.transaction_topic
+    broker.create_topic(markers, 1)
     for _ in work.steps(260):
         pass
     records = db.take_records()
     # The markers land first: a batch sees END markers before some of their events.
-    produce(broker.bootstrap_servers, db.transaction_topic, records.pop(db.transaction_topic))
+    produce(broker.bootstrap_servers, markers, records.pop(db.transaction_topic))
     for topic, recs in records.items():
         produce(broker.bootstrap_servers, topic, recs)
     config = many_config(
@@ -86,8 +101,9 @@ def _replicate(spark: Any, broker: Any, tmp_path: Path, boundaries: bool) -> tup
         broker.bootstrap_servers,
         f"sqlite:///{tmp_path / 'c.db'}",
         tmp_path / "wh",
-        max_offsets=90,
-        transaction_topic=db.transaction_topic if boundaries else None,
+        max_offsets=MAX_OFFSETS,
+        transaction_topic=markers if boundaries else None,
+        topic_prefix=topic_prefix,
     )
     checker = Checker(db)
     pipeline = build_pipeline(config, spark, on_batch=checker)
@@ -97,12 +113,31 @@ def _replicate(spark: Any, broker: Any, tmp_path: Path, boundaries: bool) -> tup
     return checker, pipeline.sink
 
 
-def test_every_commit_shows_the_source_after_a_whole_transaction(spark, broker, tmp_path):
-    checker, sink = _replicate(spark, broker, tmp_path, boundaries=True)
+@pytest.mark.parametrize(
+    ("marker_topic", "topic_prefix"),
+    [
+        (None, None),
+        # Another transaction topic name and a prefix no topic has: END markers' data
+        # collections are mapped to topics by their events' source blocks alone (they
+        # were mapped by stripping the transaction topic's last name part).
+        ("{prefix}-tx.meta", "elsewhere"),
+    ],
+)
+def test_every_commit_shows_the_source_after_a_whole_transaction(
+    spark, broker, tmp_path, marker_topic, topic_prefix
+):
+    checker, sink = _replicate(
+        spark, broker, tmp_path, True, marker_topic=marker_topic, topic_prefix=topic_prefix
+    )
     db = checker.db
     assert checker.problems == []
     assert len(checker.checked) >= 5 and all(t is not None for t in checker.checked)
     assert any(checker.held), "no batch held events back: the test did not cut transactions"
+    # max_offsets_per_trigger (90) bounds every batch, held-back ranges read again
+    # included; only after a batch completed no transaction may the next read more.
+    assert all(read <= (bound or MAX_OFFSETS) for read, bound in checker.reads), checker.reads
+    above = [read for read, _ in checker.reads if read > MAX_OFFSETS]
+    assert len(above) <= len(checker.reads) // 4, checker.reads
     last = list(db.history)[-1]
     assert checker.checked[-1] == last
     for t in SHOP_TABLES:

@@ -19,6 +19,11 @@ and returning values:
   back: its snapshot id, or a metadata location that holds the very bytes a try wrote;
 * ``finish(staged) -> Committed``: the action's ``after_commit`` hook, then the outcome.
 
+A lost swap is counted against ``commit.retry.num-retries`` only when the commits that
+won it add data (``calving.commit.table.yielding``): losses to maintenance are rebased
+and retried at once, bounded by ``commit.retry.total-timeout-ms`` alone. A *yielding*
+commit (maintenance's own) counts every loss.
+
 An unknown swap outcome is never cleaned up and never retried blindly: the catalog is
 read first, and a retry only follows once it shows the commit absent (it still goes
 through check-and-put, so at most one swap from that base can win).
@@ -27,6 +32,7 @@ through check-and-put, so at most one swap from that base can win).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import secrets
 import time
 import uuid
@@ -55,6 +61,9 @@ from calving.commit.table.loading import look_in_catalog, reload_metadata
 from calving.commit.table.outcomes import CommitOutcome, Committed, Conflicted, Unknown
 from calving.commit.table.producer import SnapshotProducer
 from calving.commit.table.retry import RetryPolicy
+from calving.commit.table.yielding import lost_only_to_yielding
+
+log = logging.getLogger("calving.commit")
 
 
 def new_snapshot_id() -> int:
@@ -108,8 +117,11 @@ class Attempt:
         table_uuid: str,
         sleep: Callable[[float], None] = time.sleep,
         cached_base: bool = False,
+        yielding: bool = False,
     ) -> None:
         self.catalog = catalog
+        #: This commit is maintenance's: every lost swap counts (it yields to the stream).
+        self.yielding = yielding
         #: ``base`` is the caller's last known state, not a fresh read: a first lost swap
         #: means only that it was stale, and is retried at once on a fresh read.
         self.cached_base = cached_base
@@ -123,6 +135,12 @@ class Attempt:
         self.commit_id = str(uuid.uuid4())
         self.started = time.monotonic()
         self.tries = 0
+        #: Lost swaps counted against ``commit.retry.num-retries`` (to writers that add
+        #: data, or any loss of a yielding commit), and those retried for free.
+        self.losses_counted = 0
+        self.losses_yielded = 0
+        #: The base of the current try: what a lost swap is compared with.
+        self.tried_on: Base | None = None
         self.produces_snapshot = False
         # Metadata location -> the bytes a try of this commit wrote there (in try order).
         self.attempted: dict[str, bytes] = {}
@@ -144,6 +162,7 @@ class Attempt:
     def begin(self, base: Base) -> Committed | None:
         self.tries += 1
         self.files = []
+        self.tried_on = base
         return self.resolve(base) if self.attempted else None
 
     def build(self, base: Base) -> Plan:
@@ -189,7 +208,13 @@ class Attempt:
         after = getattr(self.action, "after_commit", None)
         if after is not None:
             after(staged.base.metadata, staged.metadata, self.io)
-        return Committed(staged.metadata, staged.location, self.own_snapshot_id, self.tries)
+        return Committed(
+            staged.metadata,
+            staged.location,
+            self.own_snapshot_id,
+            self.tries,
+            losses_yielded=self.losses_yielded,
+        )
 
     # ------------------------------------------------------------ after a failed try
 
@@ -207,23 +232,54 @@ class Attempt:
         return None
 
     def _after_lost_swap(self, error: CalvingError) -> Conflicted | Retry:
-        """Known not to have changed the table: back off, refresh, rebuild (a first try
-        on a cached base lost to an older commit: no back-off)."""
+        """Known not to have changed the table: refresh and rebuild. A first try on a
+        cached base lost to an older commit, and a loss to commits that add no data
+        (maintenance; not for a yielding commit), are retried at once and not counted;
+        any other loss backs off and counts against ``commit.retry.num-retries``."""
         stale = self.cached_base and self.tries == 1 and isinstance(error, CommitSwapLostError)
         if stale:
             return Retry(Base(*reload_metadata(self.catalog, self.io, self.ident)))
-        wait = self.policy.wait_ms(self.tries)
         elapsed_ms = (time.monotonic() - self.started) * 1000
-        if self.policy.exhausted(self.tries, elapsed_ms, wait):
-            return Conflicted(
-                RetriesExhaustedError(
-                    f"commit to {'.'.join(self.ident)} lost the swap {self.tries} times "
-                    f"(commit.retry.num-retries={self.policy.num_retries}): {error}"
-                ),
-                self.tries,
-            )
+        if isinstance(error, CommitSwapLostError) and not self.yielding:
+            fresh = Base(*reload_metadata(self.catalog, self.io, self.ident))
+            if (
+                self.tried_on is not None
+                and fresh.location != self.tried_on.location
+                and lost_only_to_yielding(self.tried_on.metadata, fresh.metadata)
+            ):
+                self.losses_yielded += 1
+                if elapsed_ms > self.policy.total_timeout_ms:
+                    return Conflicted(self._exhausted(error), self.tries)
+                log.info(
+                    "commit to %s lost the swap to maintenance (%d so far); rebased and "
+                    "retried, not counted against commit.retry.num-retries",
+                    ".".join(self.ident),
+                    self.losses_yielded,
+                )
+                return Retry(fresh)
+        self.losses_counted += 1
+        wait = self.policy.wait_ms(self.losses_counted)
+        if self.policy.exhausted(self.losses_counted, elapsed_ms, wait):
+            return Conflicted(self._exhausted(error), self.tries)
+        log.info(
+            "commit to %s lost the swap (%d counted of commit.retry.num-retries=%d%s); "
+            "retrying in %.0f ms",
+            ".".join(self.ident),
+            self.losses_counted,
+            self.policy.num_retries,
+            ", yielding" if self.yielding else "",
+            wait,
+        )
         self.sleep(wait / 1000)
         return Retry(Base(*reload_metadata(self.catalog, self.io, self.ident)))
+
+    def _exhausted(self, error: CalvingError) -> RetriesExhaustedError:
+        return RetriesExhaustedError(
+            f"commit to {'.'.join(self.ident)} lost the swap {self.losses_counted} times "
+            f"to writers that add data (commit.retry.num-retries={self.policy.num_retries}) "
+            f"and {self.losses_yielded} times to maintenance (not counted; "
+            f"commit.retry.total-timeout-ms={self.policy.total_timeout_ms}): {error}"
+        )
 
     def _after_unknown_swap(self, error: CommitStateUnknownError) -> Committed | Unknown | Retry:
         """The swap may have happened: only the catalog can tell. Files stay."""
@@ -250,6 +306,7 @@ class Attempt:
                 self.own_snapshot_id,
                 self.tries,
                 found_on_refresh=True,
+                losses_yielded=self.losses_yielded,
             )
         return None
 

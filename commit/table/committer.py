@@ -53,6 +53,7 @@ def commit_action(
     expected_table_uuid: str | None = None,
     sleep: Callable[[float], None] = time.sleep,
     cached_base: bool = False,
+    yielding: bool = False,
 ) -> CommitOutcome:
     """Commit ``action`` to the table; returns what happened as a value.
 
@@ -62,6 +63,9 @@ def commit_action(
     was stale and is retried at once, without backing off.
     ``expected_table_uuid``: the UUID of the table the caller's files were written
     for; a table dropped and recreated under the same name is refused.
+    ``yielding``: the commit is maintenance's; every swap it loses counts against
+    ``commit.retry.num-retries`` (the stream's losses to it do not, see
+    ``calving.commit.table.yielding``).
     """
     current = Base(*(base if base is not None else load_metadata(catalog, io, ident)))
     attempt = Attempt(
@@ -73,6 +77,7 @@ def commit_action(
         table_uuid=expected_table_uuid or current.metadata.table_uuid,
         sleep=sleep,
         cached_base=cached_base and base is not None,
+        yielding=yielding,
     )
     while True:
         found = attempt.begin(current)

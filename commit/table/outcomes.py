@@ -15,6 +15,9 @@ class Committed:
     snapshot_id: int | None
     attempts: int
     found_on_refresh: bool = False  # an earlier attempt had landed (reply lost)
+    #: Swaps lost to maintenance (commits that add no data), retried without counting
+    #: against ``commit.retry.num-retries`` (included in ``attempts``).
+    losses_yielded: int = 0
 
 
 @dataclass(frozen=True)

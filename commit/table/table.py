@@ -45,6 +45,9 @@ class Table:
         self.io = io
         self.metadata_location = metadata_location
         self.metadata = metadata
+        #: Commits through this handle are maintenance's: they yield to the stream
+        #: (every lost swap counts; see ``calving.commit.table.yielding``).
+        self.yielding = False
 
     @staticmethod
     def load(catalog: Catalog, ident: TableIdent, io: FileIO | None = None) -> Table:
@@ -73,6 +76,7 @@ class Table:
             base=(self.metadata_location, self.metadata) if from_cache else None,
             expected_table_uuid=self.metadata.table_uuid,
             cached_base=from_cache,
+            yielding=self.yielding,
         )
         if isinstance(outcome, (Committed, Skipped)):
             self.metadata_location = outcome.metadata_location

@@ -62,6 +62,15 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         (),
         "Commit attempts beyond the first (each after losing the catalog swap).",
     ),
+    "calving_commit_swaps_lost_to_maintenance_total": (
+        "counter",
+        (),
+        (
+            "Of the retries, swaps lost to maintenance commits (replace snapshots, metadata "
+            "changes): rebased and retried without counting against "
+            "commit.retry.num-retries."
+        ),
+    ),
     "calving_commit_conflicts_total": (
         "counter",
         (),
@@ -142,6 +151,7 @@ LOG_FIELDS: dict[str, str] = {
     "snapshot_id": "the new snapshot (null unless committed)",
     "commit_attempts": "attempts the snapshot commit took (0 unless committed)",
     "retries": "commit_attempts - 1 (not below 0)",
+    "swaps_lost_to_maintenance": "of the retries, swaps lost to maintenance (not counted)",
     "conflicts": "lost swaps, plus 1 if the commit failed on a conflict",
     "commit_seconds": "driver commit stage",
     "batch_seconds": "whole batch in the sink",
@@ -240,6 +250,7 @@ class SinkMetrics:
             snapshot_id=stats.snapshot_id,
             commit_attempts=attempts,
             retries=max(0, attempts - 1),
+            swaps_lost_to_maintenance=int(getattr(stats, "swaps_yielded", 0) or 0),
             conflicts=max(0, attempts - 1),
             commit_seconds=now - commit_started,
             committed_at=committed_at,
@@ -280,7 +291,14 @@ class SinkMetrics:
         record.update(batch_id=batch_id, outcome=outcome, batch_seconds=seconds)
         for name in LOG_FIELDS:
             record.setdefault(name, None)
-        for name in ("records", "dead_letters", "rows_written", "rows_deleted", "retries"):
+        for name in (
+            "records",
+            "dead_letters",
+            "rows_written",
+            "rows_deleted",
+            "retries",
+            "swaps_lost_to_maintenance",
+        ):
             record[name] = 0
         for name in ("data_files", "dv_files", "commit_attempts", "conflicts"):
             record[name] = 0
@@ -312,6 +330,7 @@ class SinkMetrics:
             "calving_rows_written_total": "rows_written",
             "calving_rows_deleted_total": "rows_deleted",
             "calving_commit_retries_total": "retries",
+            "calving_commit_swaps_lost_to_maintenance_total": "swaps_lost_to_maintenance",
             "calving_commit_conflicts_total": "conflicts",
         }
         for name, field_name in counted.items():

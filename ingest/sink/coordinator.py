@@ -48,6 +48,8 @@ class BatchStats:
     snapshot_id: int | None = None
     ranges: dict[TopicPartition, OffsetRange] = field(default_factory=dict)
     commit_attempts: int = 0  # of the snapshot commit (attempts - 1 lost the catalog swap)
+    #: Of those lost swaps, the ones lost to maintenance (retried without counting).
+    swaps_yielded: int = 0
 
 
 @dataclass
@@ -393,6 +395,7 @@ def _committed(
     stats.outcome = "committed"
     stats.snapshot_id = outcome.snapshot_id
     stats.commit_attempts = outcome.attempts
+    stats.swaps_yielded = outcome.losses_yielded
     stats.added_files = len(added)
     stats.added_rows = sum(f.record_count for f in added)
     stats.deleted_rows = sum(len(b) for b in deletes.values())

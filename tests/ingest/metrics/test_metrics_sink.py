@@ -11,12 +11,14 @@ import pyarrow as pa
 import pytest
 
 from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.table import Table, create_table
 from calving.ingest.kafka.producer import produce
 from calving.ingest.metrics import SinkMetrics
 from calving.ingest.sink.coordinator import parse_messages
 from calving.ingest.sink.messages import message_batch, range_messages
+from calving.ingest.write.parquet_writer import write_data_file
 from tests.ingest.sink.test_append_stream import SCHEMA, _records, _sink
 from tests.support.streams import drain
 
@@ -64,11 +66,24 @@ def test_lost_swaps_count_as_retries_and_a_failed_batch_as_a_conflict(
     races = {"left": 0, "done": 0}
 
     def rival_commits_first(stage: str, ident: tuple[str, ...]) -> None:
+        # The rival is a writer that adds data: its wins count against the retries (a
+        # maintenance-like rival's would not: see tests/commit/table/test_stream_priority).
         if stage == "before" and races["left"] > 0:
             races["left"] -= 1
             races["done"] += 1
             rival.refresh()
-            rival.commit_or_raise(UpdateProperties({"rival": str(races["done"])}))
+            location = f"{rival.metadata.location}/data/rival-{races['done']}.parquet"
+            rows = pa.table(
+                {
+                    "id": pa.array([-races["done"]], pa.int64()),
+                    "name": ["rival"],
+                    "amount": [0.0],
+                    "src_partition": pa.array([0], pa.int32()),
+                    "src_offset": pa.array([0], pa.int64()),
+                }
+            )
+            added = write_data_file(rival.io, location, rows, SCHEMA)
+            rival.commit_or_raise(FastAppend((added,)))
 
     catalog.swap_hook = rival_commits_first
     metrics = SinkMetrics("db.raced", "w1")
@@ -94,7 +109,8 @@ def test_lost_swaps_count_as_retries_and_a_failed_batch_as_a_conflict(
     table.refresh()
     labels = {"table": "db.raced", "writer_id": "w1"}
     f = metrics.families
-    assert len(table.metadata.snapshots) == 1 == f["calving_commits_total"].value(**labels)
+    assert len(table.metadata.snapshots) == 4  # batch 0 and the rival's three appends
+    assert f["calving_commits_total"].value(**labels) == 1
     assert f["calving_commit_retries_total"].value(**labels) == 1
     assert f["calving_commit_conflicts_total"].value(**labels) == 2  # one lost swap + 1 fatal
     assert f["calving_batches_total"].value(outcome="failed", **labels) == 1
@@ -106,5 +122,6 @@ def test_lost_swaps_count_as_retries_and_a_failed_batch_as_a_conflict(
     ]
     assert lines[1]["error"].startswith("RetriesExhaustedError: ")
     assert (
-        lines[0]["records"] == 100 and lines[0]["snapshot_id"] == table.metadata.current_snapshot_id
+        lines[0]["records"] == 100
+        and table.metadata.snapshot_by_id(lines[0]["snapshot_id"]).summary["added-records"] == "100"
     )

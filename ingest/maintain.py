@@ -4,12 +4,15 @@ process, once or every DURATION) and inline passes in the stream's own driver.
 Both build a ``Maintainer`` from the pipeline's config: the table from its catalog, the
 ``[maintenance]`` policy, and a rewriter (Spark executors, or this process). A pass is
 ``calving.commit.maintenance.run.run_maintenance``; its report is printed one line per
-job. Inline passes never fail the stream: an error is logged and the next pass tries
-again.
+job, then its summary as one JSON line; the summary is also kept as the table's
+last-pass record (``calving table show``) and counted in ``MaintenanceMetrics``. A stop
+request (``Maintainer.stop``) ends a pass at the next group, wave or job. Inline passes
+never fail the stream: an error is logged and the next pass tries again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -17,12 +20,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from calving.commit.errors import CalvingError
 from calving.commit.maintenance.compaction import OneByOne, Rewriter
+from calving.commit.maintenance.last_pass import write_last_pass
 from calving.commit.maintenance.run import MaintenanceReport, run_maintenance
 from calving.commit.table.table import Table
 from calving.ingest.catalogs import file_io, open_catalog
 from calving.ingest.config.loader import CalvingConfig
 from calving.ingest.config.maintenance import MaintenanceConfig
+from calving.ingest.metrics.exposition import Registry
+from calving.ingest.metrics.maintenance import MaintenanceMetrics
+from calving.ingest.metrics.server import MetricsServer
 from calving.ingest.write.rewrite import local_rewrite
 from calving.ingest.write.rewrite_spark import SparkRewriter
 
@@ -49,6 +57,15 @@ class Maintainer:
     last_started: float | None = None
     reports: list[MaintenanceReport] = field(default_factory=list)
     keep_reports: int = 10
+    #: Set to stop the pass under way (at its next group, wave or job) and any later one.
+    stop: threading.Event = field(default_factory=threading.Event)
+    metrics: MaintenanceMetrics | None = None
+
+    def use_stop(self, stop: threading.Event) -> None:
+        """Stop passes (and a Spark rewrite job under way) when ``stop`` is set."""
+        self.stop = stop
+        if isinstance(self.rewriter, SparkRewriter):
+            self.rewriter.stop = stop
 
     def run_pass(
         self, *, dry_run: bool = False, budget_s: float | None = None
@@ -56,10 +73,23 @@ class Maintainer:
         self.last_started = time.monotonic()
         deadline = None if budget_s is None else self.last_started + budget_s
         report = run_maintenance(
-            self.table, self.config.policy, self.rewriter, dry_run=dry_run, deadline=deadline
+            self.table,
+            self.config.policy,
+            self.rewriter,
+            dry_run=dry_run,
+            deadline=deadline,
+            stop=self.stop,
         )
         self.passes += 1
         self.reports = [*self.reports, report][-self.keep_reports :]
+        if self.metrics is None:
+            self.metrics = MaintenanceMetrics(self.table.name)
+        self.metrics.pass_done(report, time.time())
+        if not dry_run:
+            try:
+                write_last_pass(self.table.io, self.table.metadata, report.summary())
+            except CalvingError as err:  # the record is informative; the pass stands
+                log.warning("could not record the last pass of %s: %s", self.table.name, err)
         return report
 
     def after_batch(self) -> MaintenanceReport | None:
@@ -81,13 +111,21 @@ class Maintainer:
 
 
 def build_maintainer(
-    config: CalvingConfig, spark: Any | None = None, *, local: bool = False
+    config: CalvingConfig,
+    spark: Any | None = None,
+    *,
+    local: bool = False,
+    registry: Registry | None = None,
 ) -> Maintainer:
-    """The pipeline's table (it must exist) and its ``[maintenance]`` policy."""
+    """The pipeline's table (it must exist) and its ``[maintenance]`` policy; its
+    figures go to ``registry`` (the stream's, inline) or a registry of its own."""
     io = file_io(config.table)
     table = Table.load(open_catalog(config.table, io), config.table.ident, io)
     rewriter = rewriter_for(config.maintenance, table, None if local else spark, config.table.io)
-    return Maintainer(table, config.maintenance, rewriter)
+    metrics = MaintenanceMetrics(
+        table.name, registry=registry, log_passes=config.metrics.log_batches
+    )
+    return Maintainer(table, config.maintenance, rewriter, metrics=metrics)
 
 
 def run_command(
@@ -99,17 +137,41 @@ def run_command(
     stop: threading.Event,
     spark_factory: Callable[[], Any],
     out: Callable[[str], None] = print,
+    metrics_port: int | None = None,
 ) -> int:
     """``calving maintain``: one pass, or a pass every ``every_s`` seconds until
-    ``stop``. Exit status: 0, or 1 when the (last) pass had a failed job."""
+    ``stop`` (which also ends a pass under way at its next group, wave or job). Exit
+    status: 0, or 1 when the (last) pass had a failed job. ``metrics_port``: serve the
+    maintenance figures there while it runs."""
     local = local or config.maintenance.rewrite_on == "local"
     maintainer = build_maintainer(config, None if local else spark_factory(), local=local)
+    maintainer.use_stop(stop)
+    server = None
+    if metrics_port is not None and maintainer.metrics is not None:
+        server = MetricsServer(maintainer.metrics.registry, config.metrics.host, metrics_port)
+        out(f"metrics at {server.url}")
+    try:
+        return _passes(maintainer, every_s=every_s, dry_run=dry_run, stop=stop, out=out)
+    finally:
+        if server is not None:
+            server.close()
+
+
+def _passes(
+    maintainer: Maintainer,
+    *,
+    every_s: float | None,
+    dry_run: bool,
+    stop: threading.Event,
+    out: Callable[[str], None],
+) -> int:
     ok = True
     while not stop.is_set():
         started = time.monotonic()
         report = maintainer.run_pass(dry_run=dry_run)
         for line in report.lines():
             out(line)
+        out(json.dumps(report.summary(), sort_keys=True))
         ok = report.ok
         if every_s is None:
             break

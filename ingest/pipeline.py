@@ -304,7 +304,8 @@ def build_pipeline(
     if config.maintenance.inline:
         from calving.ingest.maintain import build_maintainer
 
-        maintainer = build_maintainer(config, session)
+        registry = sink.metrics.registry if sink.metrics is not None else None
+        maintainer = build_maintainer(config, session, registry=registry)
     path = path_for(config, sink.table)
     log.info("records path: %s (%s)", path.path, path.reason)
     return Pipeline(config, session, sink.table, sink, maintainer=maintainer, path=path)

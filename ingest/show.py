@@ -5,11 +5,13 @@ table's health: what says maintenance is due)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from calving.commit.errors import InvalidTablePropertyError
 from calving.commit.maintenance.compaction_plan import DEFAULT_TARGET_FILE_BYTES
 from calving.commit.maintenance.health import TableHealth, table_health
+from calving.commit.maintenance.last_pass import read_last_pass
 from calving.commit.spec.properties import TARGET_FILE_SIZE_BYTES
 from calving.commit.spec.type_strings import type_text
 from calving.commit.table.actions.update_schema import dropped_at_source
@@ -136,9 +138,38 @@ def describe_table(
                 for path, e in sorted(live.data.items())
             ],
         )
+    out += ["", *last_pass_lines(read_last_pass(table.io, m))]
     target = target_file_bytes or default_target_file_bytes(table)
     out += ["", *health_lines(table_health(table.io, m, table.metadata_location, target))]
     return "\n".join(out)
+
+
+def last_pass_lines(record: Mapping[str, Any] | None) -> list[str]:
+    """When the last maintenance pass ran and what it did (its last-pass record)."""
+    if record is None:
+        return ["last maintenance pass  none recorded"]
+    try:
+        started = _time(int(record["started_ms"]))
+        verdict = "stopped" if record.get("stopped") else ("ok" if record.get("ok") else "FAILED")
+        out = [
+            f"last maintenance pass  {started} UTC   {float(record['seconds']):.1f}s   {verdict}",
+            (
+                f"  commits {record['commits']}   groups {record['groups']}: committed "
+                f"{record['groups_committed']}, given up {record['groups_given_up']}, failed "
+                f"{record['groups_failed']}, left {record['groups_left']}   lost swaps "
+                f"{record['lost_swaps']}"
+            ),
+            (
+                f"  data files {record['files_before']} -> {record['files_after']}   bytes "
+                f"{record['bytes_before']} -> {record['bytes_after']}"
+            ),
+        ]
+        for job in record.get("jobs", []):
+            if job.get("error"):
+                out.append(f"  {job['job']} FAILED: {job['error']}")
+        return out
+    except (KeyError, TypeError, ValueError):
+        return ["last maintenance pass  (record unreadable)"]
 
 
 def default_target_file_bytes(table: Table) -> int:

@@ -5,8 +5,9 @@ Per partition (and partition spec), a file is a candidate when it is smaller tha
 ``delete_ratio`` of its rows. Candidates are bin-packed, first-fit by live bytes in
 descending order, into groups of at most ``max_group_bytes``; a group is kept when it
 has at least ``min_input_files`` files, or one file whose DV is over the threshold (it is
-rewritten alone to drop its deleted rows). Each group becomes one rewrite commit, so a
-failure of one group keeps the others (partial progress).
+rewritten alone to drop its deleted rows). The groups of a pass are committed in at most
+``max_commits`` replace snapshots (``calving.commit.maintenance.compaction.waves``); a
+group that fails is left out of its wave's commit, so the others are kept.
 
 Pure: takes the live files (with their DV cardinalities) and returns groups; no I/O.
 """
@@ -22,6 +23,8 @@ from calving.commit.spec.data_file import DataFile
 DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
 DEFAULT_MIN_INPUT_FILES = 5
 DEFAULT_DELETE_RATIO = 0.2
+#: At most this many replace snapshots per pass (Iceberg's partial-progress.max-commits).
+DEFAULT_MAX_COMMITS = 10
 
 
 @dataclass(frozen=True)
@@ -33,8 +36,12 @@ class CompactionPolicy:
     small_file_fraction: float = 0.75
     # At most this many input bytes per rewrite group (bounded work and memory).
     max_group_bytes: int = 10 * DEFAULT_TARGET_FILE_BYTES
+    #: The groups of a pass commit in at most this many replace snapshots (waves).
+    max_commits: int = DEFAULT_MAX_COMMITS
 
     def __post_init__(self) -> None:
+        if self.max_commits < 1:
+            raise ValueError(f"max_commits must be >= 1, got {self.max_commits}")
         if self.target_file_bytes <= 0:
             raise ValueError(f"target_file_bytes must be positive, got {self.target_file_bytes}")
         if self.min_input_files < 1:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from calving.commit.errors import ConfigError
 from calving.commit.maintenance.compaction_plan import CompactionPolicy
+from calving.commit.maintenance.pacing import DEFAULT_COMMIT_PAUSE_S
 
 #: Every job a pass can run, in the order it runs them.
 JOBS = (
@@ -51,8 +52,12 @@ class MaintenancePolicy:
     #: it when it differs); None keeps the table's property.
     manifest_target_bytes: int | None = None
     jobs: tuple[str, ...] = JOBS
+    #: Seconds between two commits of a pass: the stream's window (maintenance yields).
+    commit_pause_s: float = DEFAULT_COMMIT_PAUSE_S
 
     def __post_init__(self) -> None:
+        if self.commit_pause_s < 0:
+            raise ConfigError(f"commit_pause must not be negative: {self.commit_pause_s}")
         if self.retain_last < 1:
             raise ConfigError(
                 f"retain_last must be at least 1, got {self.retain_last}: "

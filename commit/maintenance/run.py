@@ -4,7 +4,11 @@ job with its own figures. The pass keeps a journal of the files it writes
 (``calving.commit.maintenance.journal``) and removes its own unreferenced ones at the end.
 
 A job that fails is reported and the next one still runs (each plans on a fresh read of
-the table). A deadline (``time.monotonic()``) bounds the pass: no job, and no
+the table). The pass yields to the stream: its commits are *yielding* (every swap they
+lose counts against their retries; the stream's losses to them do not), a pause
+(``commit_pause_s``) separates any two of them, and a stop request (``stop``, set by
+SIGTERM or Ctrl-C in ``calving maintain``) ends the pass at the next group, wave or
+job. A deadline (``time.monotonic()``) bounds the pass: no job, and no
 compaction batch, starts after it, so the stream's driver can run a pass between
 micro-batches within a time budget. Tables this pass cannot maintain safely (equality
 deletes or v2 position-delete files written by another engine, a format version other
@@ -14,6 +18,7 @@ than 3) are refused before anything is written.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +27,7 @@ from calving.commit.errors import CalvingError, UnsupportedFeatureError
 from calving.commit.io import FileIO
 from calving.commit.maintenance import compaction, journal, orphans
 from calving.commit.maintenance.column_stats import collect_statistics
+from calving.commit.maintenance.pacing import Pacer
 from calving.commit.maintenance.policy import METADATA_FILE_MIN_AGE_MS, MaintenancePolicy
 from calving.commit.spec.data_file import FileContent, ManifestContent
 from calving.commit.spec.metadata import TableMetadata
@@ -35,6 +41,29 @@ from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.table import Table
 
 log = logging.getLogger("calving.maintenance")
+
+#: Fields of a pass's summary (its JSON line and the table's last-pass record).
+PASS_FIELDS: dict[str, str] = {
+    "event": '"maintenance"',
+    "table": "table name",
+    "started_ms": "when the pass started (ms since the epoch)",
+    "seconds": "how long the pass took",
+    "ok": "no job failed",
+    "stopped": "a stop request (SIGTERM, Ctrl-C) cut the pass short",
+    "dry_run": "planned and reported only",
+    "commits": "commits the pass made (replace snapshots and metadata changes)",
+    "groups": "compaction groups planned",
+    "groups_committed": "groups committed",
+    "groups_given_up": "groups given up for this pass: the stream moved past them",
+    "groups_failed": "groups whose rewrite or commit failed",
+    "groups_left": "groups not started (time budget or stop request)",
+    "files_before": "data files the committed groups removed",
+    "files_after": "data files they added",
+    "bytes_before": "bytes of the removed files",
+    "bytes_after": "bytes of the added files",
+    "lost_swaps": "catalog swaps the compaction commits lost (to the stream) and retried",
+    "jobs": "[{job, seconds, error, skipped}] in the order they ran",
+}
 
 Figures = dict[str, int | float]
 
@@ -66,6 +95,12 @@ class MaintenanceReport:
     table: str
     dry_run: bool
     jobs: list[JobResult] = field(default_factory=list)
+    #: When the pass started (ms since the epoch) and how long it took.
+    started_ms: int = 0
+    seconds: float = 0.0
+    #: Commits the pass made (snapshots and metadata changes), and a stop request cut it.
+    commits: int = 0
+    stopped: bool = False
 
     @property
     def ok(self) -> bool:
@@ -73,6 +108,45 @@ class MaintenanceReport:
 
     def job(self, name: str) -> JobResult | None:
         return next((j for j in self.jobs if j.job == name), None)
+
+    def summary(self) -> dict[str, object]:
+        """The pass as one JSON-ready record (``PASS_FIELDS``): the JSON line of a pass
+        and the table's last-pass record."""
+        compact = self.job("compact")
+        figures = compact.figures if compact is not None else {}
+
+        def figure(name: str) -> int:
+            return int(figures.get(name, 0))
+
+        return {
+            "event": "maintenance",
+            "table": self.table,
+            "started_ms": self.started_ms,
+            "seconds": round(self.seconds, 3),
+            "ok": self.ok,
+            "stopped": self.stopped,
+            "dry_run": self.dry_run,
+            "commits": self.commits,
+            "groups": figure("groups"),
+            "groups_committed": figure("committed"),
+            "groups_given_up": figure("given_up"),
+            "groups_failed": figure("failed"),
+            "groups_left": figure("left"),
+            "files_before": figure("files_before"),
+            "files_after": figure("files_after"),
+            "bytes_before": figure("bytes_before"),
+            "bytes_after": figure("bytes_after"),
+            "lost_swaps": figure("lost_swaps"),
+            "jobs": [
+                {
+                    "job": j.job,
+                    "seconds": round(j.seconds, 3),
+                    "error": j.error,
+                    "skipped": j.skipped,
+                }
+                for j in self.jobs
+            ],
+        }
 
     def lines(self) -> list[str]:
         mode = " (dry run: nothing changed)" if self.dry_run else ""
@@ -116,20 +190,43 @@ def run_maintenance(
     dry_run: bool = False,
     deadline: float | None = None,
     now_ms: int | None = None,
+    stop: threading.Event | None = None,
 ) -> MaintenanceReport:
     """Run the policy's jobs in order; every job's figures or error in the report."""
+    started = time.monotonic()
     table.refresh()
     check_maintainable(table.io, table.metadata)
     now = int(time.time() * 1000) if now_ms is None else now_ms
-    report = MaintenanceReport(table.name, dry_run)
+    report = MaintenanceReport(table.name, dry_run, started_ms=int(time.time() * 1000))
+    pacer = Pacer(policy.commit_pause_s, stop if stop is not None else threading.Event())
+    was_yielding, table.yielding = table.yielding, True
+    try:
+        _run_jobs(table, policy, rewriter, report, pacer, dry_run, deadline, now)
+    finally:
+        table.yielding = was_yielding
+        report.seconds = time.monotonic() - started
+        report.stopped = pacer.stopped
+    return report
+
+
+def _run_jobs(
+    table: Table,
+    policy: MaintenancePolicy,
+    rewriter: compaction.RewriteFn | compaction.Rewriter,
+    report: MaintenanceReport,
+    pacer: Pacer,
+    dry_run: bool,
+    deadline: float | None,
+    now: int,
+) -> None:
     run_journal = journal.start_run(table, dry_run=dry_run)
     own_run = run_journal.run_id if run_journal is not None else None
-    watched = journal.journaled(rewriter, run_journal)
+    watched = journal.journaled(compaction.stoppable(rewriter, pacer), run_journal)
     jobs: dict[str, Job] = {
         "leftovers": lambda t, p, d, dl, n: journal.clean_leftovers(
             t, own_run=own_run, dry_run=d, now_ms=n
         ).figures(d),
-        "compact": lambda t, p, d, dl, n: _compact(t, p, watched, d, dl),
+        "compact": lambda t, p, d, dl, n: _compact(t, p, watched, d, dl, pacer),
         "rewrite-manifests": _rewrite_manifests,
         "statistics": _statistics,
         "expire-snapshots": _expire,
@@ -142,21 +239,29 @@ def run_maintenance(
             if deadline is not None and time.monotonic() > deadline:
                 result.skipped = "time budget used up"
                 continue
+            if not pacer.before_commit():
+                result.skipped = "stopped"
+                continue
             started = time.monotonic()
             try:
                 table.refresh()
+                before = table.metadata_location
                 result.figures = jobs[name](table, policy, dry_run, deadline, now)
+                if name != "compact" and table.metadata_location != before:
+                    report.commits += 1
+                    pacer.committed()
             except JobFailed as err:
                 log.warning("maintenance job %s on %s: %s", name, table.name, err)
                 result.figures, result.error = err.figures, str(err)
             except CalvingError as err:
                 log.warning("maintenance job %s on %s failed: %s", name, table.name, err)
                 result.error = f"{type(err).__name__}: {err}"
+            if name == "compact":
+                report.commits += int(result.figures.get("commits", 0))
             result.seconds = time.monotonic() - started
     finally:
         if run_journal is not None:
             run_journal.finish(table)
-    return report
 
 
 def _compact(
@@ -165,12 +270,19 @@ def _compact(
     rewriter: compaction.RewriteFn | compaction.Rewriter,
     dry_run: bool,
     deadline: float | None,
+    pacer: Pacer,
 ) -> Figures:
-    r = compaction.compact(table, policy.compaction, rewriter, dry_run=dry_run, deadline=deadline)
+    r = compaction.compact(
+        table, policy.compaction, rewriter, dry_run=dry_run, deadline=deadline, pacer=pacer
+    )
     figures: Figures = {
         "groups": r.groups_planned,
         "committed": r.groups_committed,
+        "given_up": len(r.groups_given_up),
+        "failed": len(r.groups_failed),
         "left": r.groups_left,
+        "commits": r.commits,
+        "lost_swaps": r.lost_swaps,
         "files_before": r.files_before,
         "files_after": r.files_after,
         "bytes_before": r.bytes_before,

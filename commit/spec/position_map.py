@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -143,3 +144,30 @@ def deserialize(data: bytes, source: str) -> PositionMap:
         for i in range(5)
     ]
     return PositionMap(tuple(header["old-files"]), tuple(header["new-files"]), *arrays)
+
+
+def merge(maps: Sequence[PositionMap]) -> PositionMap:
+    """One map for several rewrites of disjoint input files (the groups one commit
+    carries): their file lists concatenated, each map's runs re-indexed after the files
+    of the maps before it, so the runs stay sorted by old file and start."""
+    if len(maps) == 1:
+        return maps[0]
+    old_files: list[str] = []
+    new_files: list[str] = []
+    arrays: list[list[np.ndarray]] = [[], [], [], [], []]
+    for m in maps:
+        parts = (
+            m.old_file + len(old_files),
+            m.old_start,
+            m.new_file + len(new_files),
+            m.new_start,
+            m.length,
+        )
+        for out, part in zip(arrays, parts):
+            out.append(np.asarray(part, dtype=np.int64))
+        old_files += m.old_files
+        new_files += m.new_files
+    if len(set(old_files)) != len(old_files):
+        raise ValueError("position maps to merge must cover disjoint input files")
+    joined = [np.concatenate(a) if a else np.zeros(0, dtype=np.int64) for a in arrays]
+    return PositionMap(tuple(old_files), tuple(new_files), *joined)

@@ -85,6 +85,9 @@ def _parser() -> argparse.ArgumentParser:
     maintain.add_argument("--dry-run", action="store_true", help="plan and report; change nothing")
     maintain.add_argument("--local", action="store_true",
                           help="rewrite in this process, without Spark")  # fmt: skip
+    maintain.add_argument("--metrics-port", type=int, metavar="PORT",
+                          help="serve the maintenance figures at http://HOST:PORT/metrics "
+                          "(HOST: [metrics] host; 0: a free port)")  # fmt: skip
 
     table = sub.add_parser("table", help="inspect tables")
     table_sub = table.add_subparsers(dest="table_command", required=True)
@@ -305,6 +308,7 @@ def _maintain(args: argparse.Namespace, secrets: Secrets) -> int:
             stop=stop,
             spark_factory=lambda: _maintain_session(spark_session(config.spark), args, stop),
             out=lambda line: print(line, flush=True),
+            metrics_port=args.metrics_port,
         )
     finally:
         for sig, previous in handlers.items():

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from calving.commit.errors import ConfigError
 from calving.commit.maintenance.compaction_plan import (
     DEFAULT_DELETE_RATIO,
+    DEFAULT_MAX_COMMITS,
     DEFAULT_MIN_INPUT_FILES,
     DEFAULT_TARGET_FILE_BYTES,
     CompactionPolicy,
@@ -32,6 +33,8 @@ MAINTENANCE_KEYS = (
     "orphan_safety_age",
     "manifest_target_size_bytes",
     "statistics_interval",
+    "max_commits",
+    "commit_pause",
 )
 
 _DURATION = 'a duration such as "30 seconds", "15 minutes", "6 hours" or "3 days"'
@@ -59,6 +62,7 @@ def parse_maintenance(s: Section | None) -> MaintenanceConfig:
         min_input_files=_int(s, "min_input_files", DEFAULT_MIN_INPUT_FILES, 1),
         delete_ratio=s.fraction("delete_ratio", DEFAULT_DELETE_RATIO),
         max_group_bytes=_int(s, "max_group_bytes", 10 * target, target),
+        max_commits=_int(s, "max_commits", DEFAULT_MAX_COMMITS, 1),
     )
     jobs = s.string_list("jobs", what=f"a list of job names ({', '.join(JOBS)})")
     for i, job in enumerate(jobs or ()):
@@ -74,6 +78,7 @@ def parse_maintenance(s: Section | None) -> MaintenanceConfig:
         manifest_target_bytes=manifest_target,
         statistics_interval_ms=_ms(s, "statistics_interval", "1 hour", 0),
         jobs=JOBS if jobs is None else tuple(jobs),
+        commit_pause_s=_ms(s, "commit_pause", "0.5 seconds", 0) / 1000,
     )
     config = MaintenanceConfig(
         policy=policy,

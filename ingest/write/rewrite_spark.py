@@ -7,11 +7,15 @@ size and the FileIO properties); the executor runs ``rewrite_group`` and returns
 that stopped it. Both are plain dataclasses pickled by Spark (one encoder, one decoder).
 A group whose task fails comes back as its error, so the other groups still commit; a
 failing Spark job (e.g. executors lost beyond ``spark.task.maxFailures``) fails its
-batch of groups.
+batch of groups. A stop request (``stop``) cancels the job under way (its job group):
+its groups come back as ``PassStoppedError``; files its tasks had written are left to
+orphan removal.
 """
 
 from __future__ import annotations
 
+import threading
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import zip_longest
@@ -21,7 +25,7 @@ from pyroaring import BitMap64
 
 from calving.commit.errors import CalvingError
 from calving.commit.io import FileIO
-from calving.commit.maintenance.compaction import Inputs, Rewritten
+from calving.commit.maintenance.compaction import Inputs, PassStoppedError, Rewritten
 from calving.commit.maintenance.compaction_plan import RewriteGroup
 from calving.commit.spec import position_map as pm
 from calving.commit.spec.data_file import DataFile
@@ -98,6 +102,8 @@ class SparkRewriter:
     io_properties: Mapping[str, str]
     target_file_bytes: int
     parallelism: int = 0  # 0: the session's default parallelism
+    #: Set to cancel the rewrite job under way (SIGTERM / Ctrl-C of ``calving maintain``).
+    stop: threading.Event | None = None
 
     def __post_init__(self) -> None:
         if self.parallelism <= 0:
@@ -133,14 +139,34 @@ class SparkRewriter:
         tasks = self.tasks(metadata, jobs)
         if not tasks:
             return []
+        if self.stop is not None and self.stop.is_set():
+            return [PassStoppedError("stopped before this group") for _ in tasks]
         sc = self.spark.sparkContext
-        sc.setJobDescription(f"calving compaction: {len(tasks)} group(s)")
+        group = f"calving-compaction-{uuid.uuid4().hex[:12]}"
+        sc.setJobGroup(group, f"calving compaction: {len(tasks)} group(s)", True)
+        done = threading.Event()
+        watcher = threading.Thread(target=self._cancel_on_stop, args=(group, done), daemon=True)
+        watcher.start()
         try:
             results = sc.parallelize(tasks, len(tasks)).map(run_task).collect()
         except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
+            if self.stop is not None and self.stop.is_set():
+                return [PassStoppedError("stopped: rewrite job cancelled") for _ in tasks]
             first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             return [RewriteTaskError(f"Spark rewrite job failed: {first}") for _ in tasks]
+        finally:
+            done.set()
+            watcher.join(timeout=5)
         return [_decoded(r) for r in results]
+
+    def _cancel_on_stop(self, group: str, done: threading.Event) -> None:
+        if self.stop is None:
+            return
+        while not done.is_set():
+            if self.stop.wait(0.2):
+                if not done.is_set():
+                    self.spark.sparkContext.cancelJobGroup(group)
+                return
 
 
 def _decoded(result: RewriteTaskResult) -> Rewritten | CalvingError:

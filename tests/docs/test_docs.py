@@ -21,10 +21,12 @@ from typing import Any
 import pytest
 from markdown.extensions.toc import slugify
 
+from calving.commit.maintenance.run import PASS_FIELDS
 from calving.commit.spec.properties import KNOWN, BoolProperty, IntProperty
 from calving.ingest.config import loader
 from calving.ingest.config.reader import Section
 from calving.ingest.metrics import LOG_FIELDS, METRICS
+from calving.ingest.metrics.maintenance import MAINTENANCE_METRICS
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
@@ -163,10 +165,13 @@ def test_the_table_properties_page_lists_every_property_calving_reads() -> None:
 def test_the_metrics_reference_lists_every_metric_and_log_field() -> None:
     text = (DOCS / "reference" / "metrics.md").read_text()
     named = set(re.findall(r"`(calving_[a-z_]+)`", text))
-    assert named == set(METRICS)
-    fields = text[text.index("JSON line fields") :]
+    assert named == set(METRICS) | set(MAINTENANCE_METRICS)
+    fields = text[text.index("JSON line fields") : text.index("## Maintenance")]
     for field in LOG_FIELDS:
         assert f"`{field}`" in fields, field
+    passes = text[text.index("Maintenance JSON line fields") :]
+    for field in PASS_FIELDS:
+        assert f"`{field}`" in passes, field
 
 
 def _gen_cli() -> Any:

@@ -25,6 +25,16 @@ from calving.commit.table.action import Plan
 from calving.commit.table.changes import SnapshotChanges
 
 
+class RewriteConflictError(CommitConflictError):
+    """The rewrite of ``path`` can no longer apply (the file is gone, or its deletes
+    changed in a way the position map cannot follow): a compaction gives up the group
+    holding it and commits the others."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
 @dataclass(frozen=True)
 class RewriteFiles:
     removed: tuple[str, ...]
@@ -42,7 +52,7 @@ class RewriteFiles:
         for path in self.removed:
             entry = live.data.get(path)
             if entry is None:
-                raise CommitConflictError(f"rewrite: {path} is no longer live")
+                raise RewriteConflictError(path, f"rewrite: {path} is no longer live")
             dv = live.dvs.get(path)
             deleted = dv.data_file.record_count if dv else 0
             seen = self.deletes_seen.get(path, 0)
@@ -73,16 +83,18 @@ class RewriteFiles:
     ) -> dict[str, BitMap64]:
         """The deletes ``path`` gained since the rewrite read it, at their new places."""
         if self.position_map is None or not self.position_map.covers(path):
-            raise CommitConflictError(
+            raise RewriteConflictError(
+                path,
                 f"rewrite: rows of {path} were deleted concurrently ({seen} -> {deleted}) "
-                "and the rewrite has no position map to carry them; re-plan the rewrite"
+                "and the rewrite has no position map to carry them; re-plan the rewrite",
             )
         now = live.positions_deleted(io, path)
         positions = np.fromiter(now, dtype=np.int64, count=len(now))
         moved = self.position_map.translate(path, positions, strict=False)
         if sum(len(p) for p in moved.values()) != deleted - seen:
-            raise CommitConflictError(
+            raise RewriteConflictError(
+                path,
                 f"rewrite: the deletes of {path} changed in a way its position map cannot "
-                f"follow ({seen} -> {deleted}); re-plan the rewrite"
+                f"follow ({seen} -> {deleted}); re-plan the rewrite",
             )
         return {p: BitMap64(v.tolist()) for p, v in moved.items()}

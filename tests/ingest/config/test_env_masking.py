@@ -131,6 +131,8 @@ CASES = [
         "maintenance.manifest_target_size_bytes",
     ),
     ("maintenance", {"statistics_interval": S}, "maintenance.statistics_interval"),
+    ("maintenance", {"max_commits": S}, "maintenance.max_commits"),
+    ("maintenance", {"commit_pause": S}, "maintenance.commit_pause"),
 ]
 
 

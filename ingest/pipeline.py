@@ -304,7 +304,8 @@ def build_pipeline(
     if config.maintenance.inline:
         from calving.ingest.maintain import build_maintainer
 
-        registry = sink.metrics.registry if sink.metrics is not None else None
+        # The stream's endpoint serves the inline passes' figures too.
+        registry = getattr(sink.metrics, "registry", None)
         maintainer = build_maintainer(config, session, registry=registry)
     path = path_for(config, sink.table)
     log.info("records path: %s (%s)", path.path, path.reason)

@@ -12,9 +12,16 @@ import pytest
 
 from calving.commit.catalog import FilesystemCatalog, SqlCatalog
 from calving.commit.io import FileIO
+from tests.support.tiers import TierPlugin
 
 if TYPE_CHECKING:
     from calving.ingest.kafka.broker import EmbeddedBroker
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tiers: every test marked unit / integration / slow by what it starts, unit tests
+    checked to start nothing, the totals per tier at the end (tests/support/tiers.py)."""
+    config.pluginmanager.register(TierPlugin(config), "calving-tiers")
 
 
 @pytest.fixture(scope="session")

@@ -92,6 +92,7 @@ def test_maintenance_bench_at_a_tiny_size(tmp_path):
     assert figures[-1].met is True
 
 
+@pytest.mark.integration  # starts `calving catalog serve` as a process
 def test_rest_catalog_bench_at_a_tiny_size():
     from tests.bench import rest_catalog
 

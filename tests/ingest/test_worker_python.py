@@ -78,6 +78,7 @@ SCRIPT = textwrap.dedent(
 
 
 @pytest.mark.integration
+@pytest.mark.slow
 def test_sink_before_the_session_in_a_fresh_process(tmp_path) -> None:
     bin_dir = os.path.dirname(sys.executable)
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if p != bin_dir)

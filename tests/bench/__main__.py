@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         streaming = sys.modules.get("tests.bench.streaming")
         if streaming is not None:
-            streaming.shutdown()  # type: ignore[attr-defined]
+            streaming.shutdown()
     elapsed = time.monotonic() - started
     print(machine_line())
     print(f"mode: {'quick' if quick else 'full'}; {elapsed:.0f} s")

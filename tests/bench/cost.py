@@ -96,7 +96,7 @@ def run_setup(setup: str, records: int, repeat: int, root: Path) -> list[dict[st
     finally:
         if cluster is not None:
             cluster.stop()
-    return json.loads(out.read_text())  # type: ignore[no-any-return]
+    return json.loads(out.read_text())
 
 
 def per_million(side: dict[str, Any], records: int, part: str = "cpu") -> float:

@@ -64,7 +64,7 @@ class Interleaved:
 
     def _stream(self, step: object) -> None:
         try:
-            step()  # type: ignore[operator]
+            step()  # type: ignore[operator]  # step is typed object: any callable the loop is handed
             self.result.commits += 1
         except CalvingError as err:
             self.result.stream_failures += 1

@@ -24,13 +24,13 @@ DEPLOY = REPO / "deploy"
 def yaml_parser() -> tuple[str | None, Callable[[str], list[Any]] | None]:
     """(name, load_all) of the first YAML parser available, or (None, None)."""
     try:
-        import yaml  # type: ignore[import-untyped]
+        import yaml
 
         return "PyYAML", lambda text: list(yaml.safe_load_all(text))
     except ImportError:
         pass
     try:
-        from strictyaml.ruamel import YAML  # type: ignore[import-untyped]
+        from strictyaml.ruamel import YAML
 
         loader = YAML(typ="safe", pure=True)
         return "ruamel.yaml (vendored in strictyaml)", lambda text: list(loader.load_all(text))

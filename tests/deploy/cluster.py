@@ -207,7 +207,7 @@ class StandaloneCluster:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{self.master_ui_port}/json/", timeout=5
             ) as response:
-                return json.loads(response.read())  # type: ignore[no-any-return]
+                return json.loads(response.read())
         except OSError:
             return None
 

@@ -25,7 +25,7 @@ _GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
 
 
 def _dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+    return json.loads(DASHBOARD.read_text(encoding="utf-8"))
 
 
 def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -164,7 +164,7 @@ def _pause(directory: Path, seen: dict[str, int]) -> None:
 
 def run(cfg: MaintainerConfig) -> int:
     mutations.apply(os.environ.get(mutations.MUTATION_ENV))
-    attempt_module.new_snapshot_id = _planned_snapshot_id  # type: ignore[assignment]
+    attempt_module.new_snapshot_id = _planned_snapshot_id
     catalog = CatalogSpec.from_json(cfg.catalog).open()
     plain = Table.load(catalog, IDENT)
     table = RecordingTable(catalog, IDENT, plain.io, plain.metadata_location, plain.metadata)

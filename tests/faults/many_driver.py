@@ -68,7 +68,7 @@ def main(text: str) -> int:
         faults.hit("after-data-files")
         return commit(*args, **kw)
 
-    sink._commit = commit_after_files  # type: ignore[method-assign]
+    sink._commit = commit_after_files  # type: ignore[method-assign]  # the fault harness replaces the sink's commit step
     print("started", flush=True)
     try:
         pipeline.run(available_now=True, timeout=600)

@@ -20,7 +20,7 @@ def _skip_ledger() -> None:
     from calving.commit.table.actions import validation
     from calving.commit.table.ledger import LedgerVerdict
 
-    validation.judge = lambda base, claim: LedgerVerdict.NEW  # type: ignore[assignment]
+    validation.judge = lambda base, claim: LedgerVerdict.NEW  # type: ignore[assignment]  # a mutation: the harness must catch this broken rule
 
 
 def _forget_dv() -> None:
@@ -33,7 +33,7 @@ def _forget_dv() -> None:
     def positions_deleted(self: scan.LiveFiles, io: object, data_file_path: str) -> BitMap64:
         return BitMap64()
 
-    scan.LiveFiles.positions_deleted = positions_deleted  # type: ignore[method-assign]
+    scan.LiveFiles.positions_deleted = positions_deleted  # type: ignore[method-assign]  # a mutation: the harness must catch this broken rule
 
 
 def _skip_carry_over() -> None:
@@ -64,7 +64,7 @@ def _skip_carry_over() -> None:
             summary=summary,
         )
 
-    RewriteFiles.plan = plan  # type: ignore[method-assign]
+    RewriteFiles.plan = plan  # type: ignore[method-assign]  # a mutation: the harness must catch this broken rule
 
 
 def _forget_journal() -> None:
@@ -72,7 +72,7 @@ def _forget_journal() -> None:
     orphan removal (days later) instead of the next run."""
     from calving.commit.maintenance.journal import RunJournal
 
-    RunJournal.add = lambda self, locations: None  # type: ignore[method-assign]
+    RunJournal.add = lambda self, locations: None  # type: ignore[method-assign]  # a mutation: the harness must catch this broken rule
 
 
 def _per_table_swaps() -> None:
@@ -87,7 +87,7 @@ def _per_table_swaps() -> None:
             out[c.ident] = Table.load(self.catalog, c.ident, self.io).commit(c.action)
         return out, False
 
-    ManyTablesSink._swap = swap  # type: ignore[method-assign]
+    ManyTablesSink._swap = swap  # type: ignore[method-assign]  # a mutation: the harness must catch this broken rule
 
 
 MUTATIONS: dict[str, Callable[[], None]] = {

@@ -188,7 +188,7 @@ class Harness:
             batch=batch,
             history=str(self.history),
             checkpoint=str(self.dir / f"checkpoint-{w}.json"),
-            **kw,  # type: ignore[arg-type]
+            **kw,  # type: ignore[arg-type]  # kw holds the scenario's optional settings, typed per key by the runner
         )
 
     def start(

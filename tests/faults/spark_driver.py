@@ -249,7 +249,7 @@ def run(cfg: DriverConfig) -> int:
                 _arm(cfg.faults)
         return stats
 
-    sink.coordinator.commit_batch = commit_batch  # type: ignore[method-assign]
+    sink.coordinator.commit_batch = commit_batch  # type: ignore[method-assign]  # the fault harness replaces the coordinator's commit
 
     def report(stats: BatchStats) -> None:
         _log_phase(f"batch {stats.batch_id} {stats.outcome}")

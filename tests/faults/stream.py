@@ -101,4 +101,4 @@ def produced_records(ledgers: Mapping[int, int]) -> int:
 
 
 def count_rows(rows: Iterable[tuple[object, ...]]) -> Counter[Row]:
-    return Counter((str(t), int(p), int(o)) for t, p, o in rows)  # type: ignore[call-overload]
+    return Counter((str(t), int(p), int(o)) for t, p, o in rows)  # type: ignore[call-overload]  # rows come from the readers as untyped objects; int() checks them

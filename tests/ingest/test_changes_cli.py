@@ -78,7 +78,7 @@ def test_python_api_takes_names_tables_ids_and_times(history: Any) -> None:
     assert calving.changes(table, when.isoformat()).equals(by_name)
     assert calving.changes(table, str(first.snapshot_id), h.commits[1].snapshot_id).num_rows == 3
     with pytest.raises(calving.ConfigError, match="a range end is a snapshot id"):
-        calving.changes(table, 1.5)  # type: ignore[arg-type]
+        calving.changes(table, 1.5)  # type: ignore[arg-type]  # a float bound on purpose: the call must refuse it
 
 
 def test_errors_are_one_line(history: Any, tmp_path: Path, capsys: Any) -> None:

@@ -71,7 +71,7 @@ def test_inline_maintenance_keeps_the_streamed_table_compact(
     assert failed == []
     table = pipeline.table.refresh()
     compacted = sum(
-        int(r.job("compact").figures.get("committed", 0))  # type: ignore[union-attr]
+        int(r.job("compact").figures.get("committed", 0))  # type: ignore[union-attr]  # job() is Optional; compaction ran in this pass
         for r in maintainer.reports
     )
     assert compacted >= 2, [r.lines() for r in maintainer.reports]

@@ -32,7 +32,7 @@ def _parquet_files(root: Path) -> dict[str, list[Path]]:
     return out
 
 
-def test_show_reports_health_totals_top_partitions_and_reasons(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_show_reports_health_totals_top_partitions_and_reasons(sqlite_catalog) -> None:
     table = make_table(
         sqlite_catalog,
         "shown",

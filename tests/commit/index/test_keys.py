@@ -128,7 +128,7 @@ def test_temporal_keys_in_iceberg_units() -> None:
     assert isinstance(keys, IntKeys)
     assert keys.values.tolist() == [int(ts.timestamp()) * 1_000_000]
     days = KeyCodec([DATE]).encode(pa.table({"d": pa.array([dt.date(1970, 1, 3)])}))
-    assert days.values.tolist() == [2]  # type: ignore[union-attr]
+    assert days.values.tolist() == [2]  # type: ignore[union-attr]  # encode returns IntKeys | BytesKeys; a DATE key is IntKeys
 
 
 def test_arrow_forms_of_the_same_strings_encode_and_hash_alike() -> None:
@@ -143,7 +143,7 @@ def test_arrow_forms_of_the_same_strings_encode_and_hash_alike() -> None:
     codec = KeyCodec([STRING])
     encoded = [codec.encode(pa.table({"k": f})) for f in forms]
     for keys in encoded:
-        assert _rows(keys) == [v.encode() for v in values]  # type: ignore[arg-type]
+        assert _rows(keys) == [v.encode() for v in values]  # type: ignore[arg-type]  # encode returns IntKeys | BytesKeys; a STRING key is BytesKeys
         assert DEFAULT_HASHER.hash(keys).tolist() == DEFAULT_HASHER.hash(encoded[0]).tolist()
     hashes = DEFAULT_HASHER.hash(encoded[0])
     assert hashes[0] == hashes[4] and len(set(hashes.tolist())) == 4

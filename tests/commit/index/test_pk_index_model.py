@@ -219,27 +219,27 @@ def machine(kind: str, hasher: KeyHasher) -> type[RuleBasedStateMachine]:
     return IndexVersusDict
 
 
-class TestInt64Keys(machine("int64", KeyHasher()).TestCase):  # type: ignore[misc]
+class TestInt64Keys(machine("int64", KeyHasher()).TestCase):  # type: ignore[misc]  # hypothesis' state machine TestCase is typed Any
     pass
 
 
-class TestInt64KeysWeakHash(machine("int64", WeakHasher()).TestCase):  # type: ignore[misc]
+class TestInt64KeysWeakHash(machine("int64", WeakHasher()).TestCase):  # type: ignore[misc]  # hypothesis' state machine TestCase is typed Any
     pass
 
 
-class TestStringKeys(machine("string", KeyHasher()).TestCase):  # type: ignore[misc]
+class TestStringKeys(machine("string", KeyHasher()).TestCase):  # type: ignore[misc]  # hypothesis' state machine TestCase is typed Any
     pass
 
 
-class TestStringKeysWeakHash(machine("string", WeakHasher()).TestCase):  # type: ignore[misc]
+class TestStringKeysWeakHash(machine("string", WeakHasher()).TestCase):  # type: ignore[misc]  # hypothesis' state machine TestCase is typed Any
     pass
 
 
-class TestCompositeKeys(machine("composite", KeyHasher()).TestCase):  # type: ignore[misc]
+class TestCompositeKeys(machine("composite", KeyHasher()).TestCase):  # type: ignore[misc]  # hypothesis' state machine TestCase is typed Any
     pass
 
 
-class TestCompositeKeysWeakHash(machine("composite", WeakHasher()).TestCase):  # type: ignore[misc]
+class TestCompositeKeysWeakHash(machine("composite", WeakHasher()).TestCase):  # type: ignore[misc]  # hypothesis' state machine TestCase is typed Any
     pass
 
 

@@ -81,7 +81,7 @@ def _check(table: Table) -> None:
         assert ndv[fid] == round(sketch.get_estimate())
 
 
-def test_statistics_over_live_rows_reuse_unchanged_files(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_statistics_over_live_rows_reuse_unchanged_files(sqlite_catalog) -> None:
     rng = np.random.default_rng(11)
     table = make_table(sqlite_catalog, "stats", spec=UNPARTITIONED)
     files = [_write(table, f"f{n}", range(n * 9_000, (n + 1) * 9_000), rng) for n in range(3)]
@@ -117,7 +117,7 @@ def test_statistics_over_live_rows_reuse_unchanged_files(sqlite_catalog) -> None
     assert fresh.statistics_path and table.io.exists(fresh.statistics_path)
 
 
-def test_a_dv_change_and_an_added_column_resketch_only_what_changed(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_dv_change_and_an_added_column_resketch_only_what_changed(sqlite_catalog) -> None:
     rng = np.random.default_rng(3)
     table = make_table(sqlite_catalog, "stats2", spec=UNPARTITIONED)
     files = [_write(table, f"g{n}", range(n * 500, (n + 1) * 500), rng) for n in range(2)]

@@ -53,7 +53,7 @@ def _check(table: Table, expected: Sequence[dict[str, Any]]) -> None:
         assert reader(table.metadata_location, COLUMNS) == want, name
 
 
-def test_compaction_leaves_few_files_no_dvs_and_the_same_rows(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_leaves_few_files_no_dvs_and_the_same_rows(sqlite_catalog) -> None:
     spec = spec_builder(EVENTS, fields=[("region", IDENTITY)])
     table = make_table(sqlite_catalog, "compact", spec=spec)
     expected = _stream(table, 12)
@@ -76,7 +76,7 @@ def test_compaction_leaves_few_files_no_dvs_and_the_same_rows(sqlite_catalog) ->
     )
 
 
-def test_a_delete_committed_during_the_rewrite_is_carried_over(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_delete_committed_during_the_rewrite_is_carried_over(sqlite_catalog) -> None:
     spec = spec_builder(EVENTS, fields=[("region", IDENTITY)])
     table = make_table(sqlite_catalog, "carried", spec=spec)
     expected = _stream(table, 6)
@@ -112,7 +112,7 @@ def _ids_at(data_file: DataFile, positions: Sequence[int]) -> list[int]:
     return [ids[p].as_py() for p in positions]
 
 
-def test_expiry_deletes_the_maps_and_statistics_of_expired_snapshots(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_expiry_deletes_the_maps_and_statistics_of_expired_snapshots(sqlite_catalog) -> None:
     from calving.commit.maintenance.column_stats import collect_statistics
     from calving.commit.maintenance.orphans import find_orphans
     from calving.commit.spec.position_map import SUMMARY_PROPERTY
@@ -140,7 +140,7 @@ def test_expiry_deletes_the_maps_and_statistics_of_expired_snapshots(sqlite_cata
     _check(table, [*expected, row(10_000, region="eu")])
 
 
-def test_rewrite_manifests_regroups_a_streamed_table(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_rewrite_manifests_regroups_a_streamed_table(sqlite_catalog) -> None:
     """One small manifest per commit becomes a few, with the same live files and DVs."""
     from calving.commit.table import scan
     from calving.commit.table.actions.rewrite_manifests import RewriteManifests

@@ -49,7 +49,7 @@ def test_bad_policies_are_refused() -> None:
         {"max_group_bytes": 1},
     ):
         with pytest.raises(ValueError):
-            CompactionPolicy(**bad)  # type: ignore[arg-type]
+            CompactionPolicy(**bad)
 
 
 @settings(max_examples=80, deadline=None)
@@ -57,7 +57,7 @@ def test_bad_policies_are_refused() -> None:
     sizes=st.lists(st.integers(1, 120), min_size=0, max_size=40),
     deleted=st.lists(st.integers(0, 1000), min_size=40, max_size=40),
 )
-def test_groups_are_disjoint_bounded_and_within_one_partition(sizes, deleted) -> None:  # type: ignore[no-untyped-def]
+def test_groups_are_disjoint_bounded_and_within_one_partition(sizes, deleted) -> None:
     files = [_file(f"f{i}", s * MB, partition=(i % 3,)) for i, s in enumerate(sizes)]
     dv = {f.file_path: d for f, d in zip(files, deleted)}
     groups = plan_compaction(files, dv, POLICY)

@@ -85,7 +85,7 @@ def _health(table: Table, target: int = TARGET, **thresholds: Any) -> TableHealt
 
 
 @pytest.fixture
-def streamed(sqlite_catalog):  # type: ignore[no-untyped-def]
+def streamed(sqlite_catalog):
     table = make_table(
         sqlite_catalog, "health", spec=spec_builder(EVENTS, fields=[("region", IDENTITY)])
     )
@@ -93,7 +93,7 @@ def streamed(sqlite_catalog):  # type: ignore[no-untyped-def]
     return table, deleted
 
 
-def test_every_figure_matches_independent_counts(streamed) -> None:  # type: ignore[no-untyped-def]
+def test_every_figure_matches_independent_counts(streamed) -> None:
     table, deleted = streamed
     health = _health(table)
     files = _data_files(table.metadata_location)
@@ -131,7 +131,7 @@ def test_every_figure_matches_independent_counts(streamed) -> None:  # type: ign
     assert health.worst_partition is not None and health.worst_partition.label == "region=eu"
 
 
-def test_snapshot_manifest_and_metadata_figures(streamed) -> None:  # type: ignore[no-untyped-def]
+def test_snapshot_manifest_and_metadata_figures(streamed) -> None:
     from pyiceberg.manifest import ManifestContent
 
     table, _ = streamed
@@ -149,7 +149,7 @@ def test_snapshot_manifest_and_metadata_figures(streamed) -> None:  # type: igno
     assert health.manifest_bytes == sum(os.path.getsize(_local(m.manifest_path)) for m in manifests)
 
 
-def test_reasons_name_each_figure_past_its_threshold(streamed) -> None:  # type: ignore[no-untyped-def]
+def test_reasons_name_each_figure_past_its_threshold(streamed) -> None:
     table, _ = streamed
     relaxed = _health(table)
     assert relaxed.needs_maintenance == (
@@ -170,7 +170,7 @@ def test_reasons_name_each_figure_past_its_threshold(streamed) -> None:  # type:
     assert at.needs_maintenance == relaxed.needs_maintenance
 
 
-def test_a_table_of_target_sized_files_needs_nothing(streamed) -> None:  # type: ignore[no-untyped-def]
+def test_a_table_of_target_sized_files_needs_nothing(streamed) -> None:
     table, _ = streamed
     # Against a 1 KiB target every file is large and each partition within its budget.
     health = _health(table, target=1024)
@@ -180,7 +180,7 @@ def test_a_table_of_target_sized_files_needs_nothing(streamed) -> None:  # type:
     assert health.needs_maintenance == ()
 
 
-def test_a_heavily_deleted_table_reports_its_dv_ratio(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_heavily_deleted_table_reports_its_dv_ratio(sqlite_catalog) -> None:
     table = make_table(sqlite_catalog, "heavy")
     written = write_partitioned(table, [row(i) for i in range(10)])
     table.commit_or_raise(FastAppend(tuple(f for f, _ in written)))
@@ -195,7 +195,7 @@ def test_a_heavily_deleted_table_reports_its_dv_ratio(sqlite_catalog) -> None:  
     assert f"DV ratio {want:.0%} > 20%" in health.needs_maintenance
 
 
-def test_an_empty_table(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_an_empty_table(sqlite_catalog) -> None:
     table = make_table(sqlite_catalog, "empty")
     health = _health(table)
     assert (health.partitions, health.snapshots, health.manifests) == ((), 0, 0)

@@ -57,7 +57,7 @@ def _stray(table: Table, relative: str) -> str:
     return location
 
 
-def test_a_run_records_every_file_before_writing_it(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_run_records_every_file_before_writing_it(sqlite_catalog) -> None:
     table, _ = _table(sqlite_catalog, "journaled")
     before = _files_under(table.metadata.location)
     run = RunJournal(table.io, table.metadata).start()
@@ -77,7 +77,7 @@ def test_a_run_records_every_file_before_writing_it(sqlite_catalog) -> None:  # 
 
 def test_a_file_is_not_written_when_its_journal_entry_cannot_be(
     sqlite_catalog, monkeypatch
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     table, _ = _table(sqlite_catalog, "unjournaled")
     run = RunJournal(table.io, table.metadata).start()
 
@@ -96,7 +96,7 @@ def test_a_file_is_not_written_when_its_journal_entry_cannot_be(
     assert os.path.exists(_path(target))
 
 
-def test_a_dead_runs_leftovers_are_deleted_and_nothing_else(any_catalog, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_dead_runs_leftovers_are_deleted_and_nothing_else(any_catalog, tmp_path) -> None:
     table, expected = _table(any_catalog, "leftovers")
     pid, start = _dead_pid()
     me = Owner.current()
@@ -130,7 +130,7 @@ def _check_rows(table: Table, expected: list[dict[str, Any]]) -> None:
     _check(table, expected)
 
 
-def test_live_runs_and_fresh_foreign_journals_are_left_alone(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_live_runs_and_fresh_foreign_journals_are_left_alone(sqlite_catalog) -> None:
     table, _ = _table(sqlite_catalog, "alive")
     me = Owner.current()
     mine = _stray(table, "data/in-flight.parquet")
@@ -192,7 +192,7 @@ def test_a_killed_unreaped_process_is_dead_and_a_finished_journal_too() -> None:
     assert not journal.is_dead(journal.FoundJournal("x", now, running), now, me)
 
 
-def test_a_finished_pass_leaves_no_journal_and_no_unreferenced_file(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_finished_pass_leaves_no_journal_and_no_unreferenced_file(sqlite_catalog) -> None:
     table, _ = _table(sqlite_catalog, "finished")
     report = run_maintenance(table, POLICY, local_rewrite(table.io, TARGET))
     assert report.ok, report.lines()

@@ -35,7 +35,7 @@ def _plant(table: Table, relative: str, age_ms: int) -> str:
 
 
 @pytest.mark.parametrize("catalog_fixture", ["sqlite_catalog", "fs_catalog"])
-def test_only_old_unreferenced_files_are_removed(request, catalog_fixture) -> None:  # type: ignore[no-untyped-def]
+def test_only_old_unreferenced_files_are_removed(request, catalog_fixture) -> None:
     catalog = request.getfixturevalue(catalog_fixture)
     table = make_table(catalog, "orph", spec=UNPARTITIONED)
     rows = [row(i) for i in range(40)]
@@ -79,7 +79,7 @@ def test_only_old_unreferenced_files_are_removed(request, catalog_fixture) -> No
         assert len(versions) >= 5  # version files are never orphans there
 
 
-def test_a_referenced_file_missing_from_the_listing_stops_the_job(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_referenced_file_missing_from_the_listing_stops_the_job(sqlite_catalog) -> None:
     """If what the metadata references cannot be matched to the listing, no file may be
     judged an orphan: the job refuses instead of deleting."""
     table = make_table(sqlite_catalog, "guard", spec=UNPARTITIONED)

@@ -46,7 +46,7 @@ def _files_under(location: str) -> set[str]:
     return {os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs}
 
 
-def test_a_pass_leaves_a_healthy_table_with_the_same_rows(any_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_pass_leaves_a_healthy_table_with_the_same_rows(any_catalog) -> None:
     table, expected = _table(any_catalog, "maintained")
     snapshots_before = len(table.metadata.snapshots)
     orphan = table.metadata.location.removeprefix("file://") + "/data/stray.parquet"
@@ -95,7 +95,7 @@ def _statistics_snapshot(table: Table) -> int:
     return snap.snapshot_id
 
 
-def test_dry_run_changes_nothing(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_dry_run_changes_nothing(sqlite_catalog) -> None:
     table, expected = _table(sqlite_catalog, "dry")
     location_before = table.metadata_location
     files_before = _files_under(table.metadata.location)
@@ -112,7 +112,7 @@ def test_dry_run_changes_nothing(sqlite_catalog) -> None:  # type: ignore[no-unt
     _check(table, expected)
 
 
-def test_a_passed_deadline_skips_every_job(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_passed_deadline_skips_every_job(sqlite_catalog) -> None:
     table, _ = _table(sqlite_catalog, "late")
     before = table.metadata_location
     report = run_maintenance(
@@ -129,7 +129,7 @@ def test_policy_refuses_retention_that_expires_the_current_snapshot() -> None:
         MaintenancePolicy(orphan_safety_age_ms=60_000)
 
 
-def test_a_pyiceberg_v2_table_is_refused(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_pyiceberg_v2_table_is_refused(tmp_path) -> None:
     import pyarrow as pa
     from pyiceberg.catalog.sql import SqlCatalog
 
@@ -150,7 +150,7 @@ def test_a_pyiceberg_v2_table_is_refused(tmp_path) -> None:  # type: ignore[no-u
 
 def test_statistics_wait_for_their_interval_even_after_their_snapshot_expired(
     sqlite_catalog,
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     table, _ = _table(sqlite_catalog, "stats_interval")
     rewriter = local_rewrite(table.io, TARGET)
     first = run_maintenance(table, POLICY, rewriter).job("statistics")

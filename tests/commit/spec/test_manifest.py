@@ -506,7 +506,7 @@ def test_missing_required_fields_and_wrong_types() -> None:
     )
     record = {**_RECORD, "status": 9}
     _assert_corrupt(_container(manifest_entry_schema(3, StructType(())), record), "9")
-    _assert_corrupt(_container({"type": "string"}, "x"), "not an Avro record")  # type: ignore[arg-type]
+    _assert_corrupt(_container({"type": "string"}, "x"), "not an Avro record")  # type: ignore[arg-type]  # a bare string schema on purpose: not an Avro record
 
 
 def test_bad_metadata() -> None:

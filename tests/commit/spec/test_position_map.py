@@ -39,7 +39,7 @@ def _copy(sizes: list[int], deleted: list[set[int]], target: int) -> tuple[pm.Po
     data=st.data(),
     target=st.integers(1, 80),
 )
-def test_translation_matches_a_per_row_oracle(sizes, data, target) -> None:  # type: ignore[no-untyped-def]
+def test_translation_matches_a_per_row_oracle(sizes, data, target) -> None:
     deleted = [set(data.draw(st.lists(st.integers(0, max(s - 1, 0)), max_size=s))) for s in sizes]
     pmap, oracle = _copy(sizes, deleted, target)
     assert pmap.rows == len(oracle)
@@ -77,7 +77,7 @@ def test_a_sequential_copy_is_a_few_runs() -> None:
         (lambda b: b"X" + b[1:-4] + b"\0\0\0\0", "checksum"),
     ],
 )
-def test_corrupt_maps_raise_typed_errors(mutate, message) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_maps_raise_typed_errors(mutate, message) -> None:
     pmap, _ = _copy([10, 5], [{1}, set()], 4)
     with pytest.raises(CorruptFileError, match=message):
         pm.deserialize(mutate(pm.serialize(pmap)), "m.pmap")

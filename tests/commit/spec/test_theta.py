@@ -105,7 +105,7 @@ def test_union_of_sketches_is_the_sketch_of_the_union() -> None:
         (lambda b: b[:2] + b"\x01" + b[3:], "family"),
     ],
 )
-def test_corrupt_sketches_raise_typed_errors(mutate, message) -> None:  # type: ignore[no-untyped-def]
+def test_corrupt_sketches_raise_typed_errors(mutate, message) -> None:
     data = theta.serialize(
         theta.ThetaSketch.of_hashes(theta.hash_fixed(np.arange(9, dtype=np.uint64), 8))
     )

@@ -26,7 +26,7 @@ def _manifests_on_disk(location: str) -> set[str]:
     }
 
 
-def test_merged_rewrites_leave_no_stray_manifest(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_merged_rewrites_leave_no_stray_manifest(sqlite_catalog) -> None:
     table = make_table(
         sqlite_catalog,
         "stray",

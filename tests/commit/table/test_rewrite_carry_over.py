@@ -81,7 +81,7 @@ def _check(table: Table, expected: list[dict[str, Any]]) -> None:
     assert not set(live.dvs) - set(live.data)  # no DV on a removed file
 
 
-def test_deletes_after_planning_are_carried_onto_the_new_file(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_deletes_after_planning_are_carried_onto_the_new_file(sqlite_catalog) -> None:
     table, files = _setup(sqlite_catalog, "carry")
     (f0, r0), (f1, r1), (f2, r2) = files
     gone = _delete(table, f0, r0, [3, 4])  # before planning: not copied
@@ -97,7 +97,7 @@ def test_deletes_after_planning_are_carried_onto_the_new_file(sqlite_catalog) ->
     _check(table, [r for r in r0 + r1 + r2 if r not in gone])
 
 
-def test_without_a_map_the_rewrite_conflicts_and_the_stream_wins(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_without_a_map_the_rewrite_conflicts_and_the_stream_wins(sqlite_catalog) -> None:
     table, files = _setup(sqlite_catalog, "nomap")
     (f0, r0), (_, r1), (_, r2) = files
     rewrite = _rewrite(table, [f0.file_path], "compacted", with_map=False)
@@ -107,7 +107,7 @@ def test_without_a_map_the_rewrite_conflicts_and_the_stream_wins(sqlite_catalog)
     _check(table, [r for r in r0 + r1 + r2 if r not in gone])
 
 
-def test_a_row_delta_after_a_rewrite_follows_the_map_through_a_chain(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_row_delta_after_a_rewrite_follows_the_map_through_a_chain(sqlite_catalog) -> None:
     table, files = _setup(sqlite_catalog, "follow")
     (f0, r0), (f1, r1), (f2, r2) = files
     gone = _delete(table, f0, r0, [1])
@@ -125,7 +125,7 @@ def test_a_row_delta_after_a_rewrite_follows_the_map_through_a_chain(sqlite_cata
     _check(table, [r for r in r0 + r1 + r2 if r not in gone])
 
 
-def test_deletes_no_map_covers_still_fail_typed(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_deletes_no_map_covers_still_fail_typed(sqlite_catalog) -> None:
     table, files = _setup(sqlite_catalog, "lost")
     (f0, _), _, _ = files
     table.commit_or_raise(_rewrite(table, [f0.file_path], "plain", with_map=False))

@@ -49,7 +49,7 @@ def test_a_sink_without_a_source_is_a_one_line_config_error(tmp_path):
         calving.kafka_stream(object(), sink)
     assert "\n" not in str(e.value)
     with pytest.raises(ConfigError, match="expected a sink from calving.sink"):
-        calving.kafka_stream(object(), object())  # type: ignore[arg-type]  # the wrong type on purpose
+        calving.kafka_stream(object(), object())
 
 
 @pytest.mark.integration

@@ -208,7 +208,7 @@ def test_meta_column_names_are_reserved_and_bad_options_refused():
     with pytest.raises(ConfigError):
         RowConverter(Schema((NestedField(1, "_op", LONG),)))
     with pytest.raises(ConfigError):
-        CoercionOptions(epoch_unit="s")  # type: ignore[arg-type]
+        CoercionOptions(epoch_unit="s")
 
 
 # Arrow's cast is used for strings matching the gate pattern; it must agree with coerce.

@@ -145,7 +145,7 @@ def test_configuration_errors():
     with pytest.raises(ConfigError, match="schema source"):
         DebeziumDecoder(TABLE, DebeziumOptions(value_format="avro"))
     with pytest.raises(ConfigError):
-        DebeziumOptions(decimal_handling_mode="float")  # type: ignore[arg-type]
+        DebeziumOptions(decimal_handling_mode="float")
 
 
 _maybe_bytes = st.one_of(st.none(), st.binary(max_size=40))

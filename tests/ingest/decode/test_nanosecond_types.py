@@ -126,7 +126,7 @@ def test_the_other_precision_needs_no_schema_change_and_finer_values_are_dead_le
     )
     assert not classify_changes("s.t", micros, SCHEMA)
     assert not classify_changes("s.t", SCHEMA, micros)
-    assert SCHEMA.find_field_by_name("zt").field_type == TIMESTAMPTZ_NS  # type: ignore[union-attr]
+    assert SCHEMA.find_field_by_name("zt").field_type == TIMESTAMPTZ_NS  # type: ignore[union-attr]  # find_field_by_name is Optional; the field exists
     value = {"before": None, "after": {"id": 1, "ts": NS, "zt": ZONED}, "op": "c"}
     out = DebeziumDecoder(micros, DebeziumOptions(epoch_unit="ns")).decode(
         kafka_batch([json.dumps(value).encode()], [b'{"id":1}'])

@@ -34,7 +34,7 @@ def fill(broker: EmbeddedBroker, topic: str, partitions: int, per_partition: int
 
 
 def ranges(source: KafkaStreamReader, start: dict, end: dict) -> list[OffsetRange]:
-    return [partition.range for partition in source.partitions(start, end)]  # type: ignore[attr-defined]
+    return [partition.range for partition in source.partitions(start, end)]  # type: ignore[attr-defined]  # partitions() is typed as Spark's InputPartition; ours carry .range
 
 
 def test_offsets_are_canonical_json_and_unchanged_when_nothing_is_new(

@@ -79,7 +79,7 @@ def _check_readers(table: Table, expected: dict[int, dict[str, Any]]) -> None:
         assert reader(table.metadata_location, COLUMNS) == want, name
 
 
-def test_compaction_and_manifest_rewrite_keep_row_lineage(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_compaction_and_manifest_rewrite_keep_row_lineage(sqlite_catalog) -> None:
     table = _table(sqlite_catalog, "lineage")
     seen: Lineage = {}
     expected = _stream(table, 8, seen)
@@ -94,7 +94,7 @@ def test_compaction_and_manifest_rewrite_keep_row_lineage(sqlite_catalog) -> Non
 
     next_row_id = table.metadata.next_row_id
     table.commit_or_raise(RewriteManifests())
-    assert table.metadata.current_snapshot.added_rows == 0  # type: ignore[union-attr]
+    assert table.metadata.current_snapshot.added_rows == 0  # type: ignore[union-attr]  # current_snapshot is Optional; the table has one
     assert table.metadata.next_row_id == next_row_id
     assert lineage(table.metadata_location, "id") == before
 
@@ -104,7 +104,7 @@ def test_compaction_and_manifest_rewrite_keep_row_lineage(sqlite_catalog) -> Non
     after = lineage(table.metadata_location, "id")
     assert {k: after[k] for k in before} == before
     _assert_unique_ids(after)
-    assert all(after[r["id"]][0] >= next_row_id for r in new)  # type: ignore[operator]
+    assert all(after[r["id"]][0] >= next_row_id for r in new)  # type: ignore[operator]  # lineage values are Optional; every new row has a _row_id
     _check_readers(table, {**expected, **{r["id"]: r for r in new}})
 
     # Compacting compacted files again reads the stored lineage columns.
@@ -165,7 +165,7 @@ def _desc(text: str) -> tuple[int, ...]:
     return tuple(-b for b in text.encode()) + (1,)
 
 
-def test_a_delete_during_a_sorted_rewrite_follows_the_permuted_map(sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_delete_during_a_sorted_rewrite_follows_the_permuted_map(sqlite_catalog) -> None:
     from collections.abc import Sequence
 
     import pyarrow.parquet as pq

@@ -30,7 +30,7 @@ def _partition_counts(table: Any) -> dict[Any, int]:
     return out
 
 
-def test_groups_rewrite_as_spark_tasks(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_groups_rewrite_as_spark_tasks(spark, sqlite_catalog) -> None:
     table = make_table(
         sqlite_catalog, "spark_rw", spec=spec_builder(EVENTS, fields=[("region", IDENTITY)])
     )
@@ -43,7 +43,7 @@ def test_groups_rewrite_as_spark_tasks(spark, sqlite_catalog) -> None:  # type: 
     _check(table, expected)
 
 
-def test_a_failing_task_fails_only_its_group(spark, sqlite_catalog) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_task_fails_only_its_group(spark, sqlite_catalog) -> None:
     table = make_table(
         sqlite_catalog, "spark_fail", spec=spec_builder(EVENTS, fields=[("region", IDENTITY)])
     )

@@ -103,5 +103,5 @@ def test_a_table_dropped_since_it_was_listed_is_left_out(tmp_path: Any, no_wait:
     _ledgered(catalog, "behind", 20)
     listed = catalog.list_tables(("db",))
     catalog.drop_table_entry(("db", "behind"))
-    catalog.list_tables = lambda namespace: listed  # type: ignore[method-assign]
+    catalog.list_tables = lambda namespace: listed  # type: ignore[method-assign]  # the catalog lists a table its entry no longer has
     assert _sink(catalog).starting_ledger() == {("t", 0): 50}

@@ -91,7 +91,7 @@ def test_a_widened_column_evolves_before_its_batch_is_judged(
     for name in ("t01", "t02"):
         table = sink.tables[f"inventory.{name}"].table.refresh()
         schema = table.metadata.schema
-        types = {c: str(schema.find_field_by_name(c).field_type) for c in COLUMNS[1:]}  # type: ignore[union-attr]
+        types = {c: str(schema.find_field_by_name(c).field_type) for c in COLUMNS[1:]}  # type: ignore[union-attr]  # find_field_by_name is Optional; the columns exist
         assert types == {"amount": "long", "ratio": "double", "price": "decimal(20, 2)"}, name
         want = db.expected(name)
         assert (8, 2**41 + 8, 1e300, Decimal("1234567890123.45")) in want

@@ -115,6 +115,8 @@ WRITE_METADATA_PATH = PathProperty("write.metadata.path")
 FILE_SKETCHES = PathProperty("calving.statistics.file-sketches")
 #: When the published column statistics were computed (ms since the epoch; 0: never).
 STATISTICS_COMPUTED_MS = IntProperty("calving.statistics.computed-ms", 0, 0)
+#: Updates keep their rows' ``_row_id`` (v3 row lineage); false: an update is a new row.
+ROW_LINEAGE_KEEP_ON_UPDATE = BoolProperty("calving.row-lineage.keep-on-update", True)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
 #: refused until pyarrow can write Parquet VARIANT columns (see the reason).
 DEBEZIUM_JSON_TYPE = ChoiceProperty(
@@ -153,6 +155,7 @@ KNOWN: dict[str, Property] = {
         FILE_SKETCHES,
         STATISTICS_COMPUTED_MS,
         DEBEZIUM_JSON_TYPE,
+        ROW_LINEAGE_KEEP_ON_UPDATE,
     )
 }
 
@@ -240,6 +243,10 @@ class TableProperties:
     @property
     def statistics_computed_ms(self) -> int:
         return self._int(STATISTICS_COMPUTED_MS)
+
+    @property
+    def row_lineage_keep_on_update(self) -> bool:
+        return self._bool(ROW_LINEAGE_KEEP_ON_UPDATE)
 
     @property
     def debezium_json_type(self) -> str:

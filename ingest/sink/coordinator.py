@@ -22,6 +22,7 @@ from calving.commit.errors import CalvingError, CommitStateUnknownError
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.actions.update_properties import UpdateProperties
@@ -250,8 +251,8 @@ class Coordinator:
     """Commits batches for one writer id. Keyed tables (identifier fields) keep a
     primary-key index at the table's current snapshot (``index_state``), saved with the
     table every ``index_save_every`` commits so a restart catches up instead of
-    rescanning. ``keep_row_ids``: updates keep their rows' ``_row_id`` (v3 tables);
-    False writes them as new rows (the behaviour before, for comparison)."""
+    rescanning. On v3 tables updates keep their rows' ``_row_id`` unless the table
+    property ``calving.row-lineage.keep-on-update`` is false."""
 
     def __init__(
         self,
@@ -260,10 +261,8 @@ class Coordinator:
         *,
         dead_letter_table: Table | None = None,
         index_save_every: int = 20,
-        keep_row_ids: bool = True,
     ) -> None:
         self.table = table
-        self.keep_row_ids = keep_row_ids
         self.row_ids = RowIdReader(table.io)
         self.writer_id = writer_id
         self.dead_letter_table = dead_letter_table
@@ -321,7 +320,7 @@ class Coordinator:
             if keys is not None:
                 matches = state.index.lookup(keys)
                 deletes = matches.deletes()
-                if self.keep_row_ids and self.table.metadata.format_version >= 3:
+                if _keeps_row_ids(self.table.metadata):
                     parsed = keep_row_ids(
                         self.table.io, self.table.metadata, parsed, keys, matches, self.row_ids
                     )
@@ -377,6 +376,14 @@ class Coordinator:
         """Save the index with the table (see ``save_index``); returns the file written."""
         self.index_state, location = save_index(self.table, self.index_state)
         return location
+
+
+def _keeps_row_ids(metadata: TableMetadata) -> bool:
+    """Updates keep their rows' ``_row_id``: v3, unless the table property says no."""
+    return (
+        metadata.format_version >= 3
+        and TableProperties(metadata.properties).row_lineage_keep_on_update
+    )
 
 
 def _touched_keys(parsed: ParsedMessages) -> pa.Table | None:

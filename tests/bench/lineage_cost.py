@@ -6,8 +6,8 @@ primary key, ``v``, ``name``, ``score``, in 250k-row files) take the very same b
 B updates of distinct existing keys, interleaved so machine noise hits both alike. Each
 batch goes through what the stream runs: the task's collapse-and-write
 (``write_last_events``: last event per key, Parquet file) and the driver's
-``Coordinator`` (index lookup, deletion vectors, ledger claim, commit), with
-``keep_row_ids`` True on one table and False on the other. One warm-up batch per table
+``Coordinator`` (index lookup, deletion vectors, ledger claim, commit); the second table
+has the property ``calving.row-lineage.keep-on-update`` false. One warm-up batch per table
 is not measured. Wall and CPU seconds (this process) per batch, median.
 
 Checked after the run with DuckDB: the base files' rows have ``_row_id`` = ``id`` (keys
@@ -32,6 +32,8 @@ import pyarrow as pa
 from calving.commit.catalog import SqlCatalog
 from calving.commit.index import build_from_table
 from calving.commit.spec.metadata import serialize_metadata
+from calving.commit.spec.properties import ROW_LINEAGE_KEEP_ON_UPDATE
+from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.ledger import OffsetRange
 from calving.ingest.decode.batch import OP_UPSERT
 from calving.ingest.sink.coordinator import Coordinator, IndexState, ParsedMessages
@@ -84,7 +86,9 @@ class Side:
 
 def _side(catalog: SqlCatalog, model: Model, name: str, keep: bool) -> Side:
     table = _write_table(catalog, name, model.chunks(min(len(model.versions), ROWS_PER_FILE)))
-    coordinator = Coordinator(table, "bench", index_save_every=1 << 30, keep_row_ids=keep)
+    if not keep:
+        table.commit_or_raise(UpdateProperties({ROW_LINEAGE_KEEP_ON_UPDATE.name: "false"}))
+    coordinator = Coordinator(table, "bench", index_save_every=1 << 30)
     coordinator.index_state = IndexState(build_from_table(table.io, table.metadata))
     return Side(name, coordinator)
 

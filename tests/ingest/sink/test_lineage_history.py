@@ -21,11 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from calving.commit.catalog import SqlCatalog
+from calving.commit.spec.properties import ROW_LINEAGE_KEEP_ON_UPDATE
+from calving.commit.table.actions.update_properties import UpdateProperties
 from tests.support.cdc_history import (
     COLUMNS,
     UPDATES_KEEP_ROW_ID,
     History,
+    IdentityBook,
+    Model,
     Step,
+    check_lineage,
     postgres_catalog,
     run_history,
     sqlite_catalog,
@@ -148,3 +153,15 @@ def test_an_update_keeps_the_row_id_a_delete_then_insert_does_not() -> None:
     renewed = _row_ids_after((("u", 3), ("d", 3), ("u", 3)))
     assert {k: renewed[k] for k in (0, 1, 2)} == {0: 0, 1: 1, 2: 2}
     assert renewed[3] is not None and renewed[3] > 3
+
+
+def test_the_table_property_makes_updates_new_rows() -> None:
+    """``calving.row-lineage.keep-on-update = false``: the same checks against the model
+    in which every update mints a new identity (the behaviour before lineage through
+    updates)."""
+    with sqlite_catalog() as catalog:
+        history = History(catalog, partitioned=False, model=Model(updates_keep_identity=False))
+        history.table.commit_or_raise(UpdateProperties({ROW_LINEAGE_KEEP_ON_UPDATE.name: "false"}))
+        book = IdentityBook()
+        for step in [Step("batch", tuple(("u", k) for k in range(KEYS))), *FIXED]:
+            history.run(step, after=lambda h: check_lineage(h, book))

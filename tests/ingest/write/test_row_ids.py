@@ -1,0 +1,92 @@
+"""Storing ``_row_id``s in an uncommitted data file (an update keeping its rows' ids) and
+reading live rows' ``_row_id`` back by (file, position): ``store_row_ids`` copies the file
+with the reserved columns, ``RowIdReader`` prefers a file's stored value and falls back to
+its inherited ``first_row_id`` + position."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from calving.commit.catalog import SqlCatalog
+from calving.commit.errors import FileNotFoundInTableError
+from calving.commit.spec import row_lineage as rl
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import LONG, STRING, NestedField
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.row_ids import UNKNOWN, RowIdReader, read_stored_row_ids
+from calving.commit.table.table import Table, create_table
+from calving.ingest.write.parquet_writer import write_data_file
+from calving.ingest.write.row_ids import store_row_ids
+from tests.support.lineage import snapshot_rows
+
+SCHEMA = Schema(
+    (NestedField(1, "id", LONG, required=True), NestedField(2, "name", STRING)),
+    identifier_field_ids=(1,),
+)
+
+
+@pytest.fixture
+def table(tmp_path) -> Table:
+    catalog = SqlCatalog("t", f"sqlite:///{tmp_path}/c.db", f"{tmp_path}/wh")
+    catalog.create_namespace(("db",))
+    return create_table(catalog, ("db", "t"), SCHEMA)
+
+
+def _rows(ids: list[int]) -> pa.Table:
+    return pa.table({"id": pa.array(ids, pa.int64()), "name": [f"n{i}" for i in ids]})
+
+
+def _field_id_columns(path: str) -> dict[int, list[object]]:
+    t = pq.read_table(path.removeprefix("file://"))
+    return {
+        int(f.metadata[b"PARQUET:field_id"]): t.column(f.name).to_pylist()
+        for f in t.schema
+        if f.metadata
+    }
+
+
+def test_a_copy_stores_the_ids_and_nulls_and_replaces_the_task_file(table: Table) -> None:
+    loc = f"{table.metadata.location}/data/task-1.parquet"
+    original = write_data_file(table.io, loc, _rows([5, 6, 7]), SCHEMA)
+    copy = store_row_ids(table.io, SCHEMA, original, np.array([40, UNKNOWN, 2], np.int64))
+
+    assert copy.file_path != original.file_path and not table.io.exists(original.file_path)
+    assert copy.record_count == 3 and copy.partition == original.partition
+    columns = _field_id_columns(copy.file_path)
+    assert columns[1] == [5, 6, 7] and columns[2] == ["n5", "n6", "n7"]
+    assert columns[rl.ROW_ID_FIELD_ID] == [40, None, 2]
+    assert columns[rl.LAST_UPDATED_SEQUENCE_NUMBER_FIELD_ID] == [None, None, None]
+    # Metrics only for the table's columns, as for any stream file.
+    assert copy.value_counts is not None and set(copy.value_counts) == {1, 2}
+    assert copy.lower_bounds is not None and not set(copy.lower_bounds) & rl.LINEAGE_FIELD_IDS
+    with pytest.raises(ValueError, match="2 row ids for 3 rows"):
+        store_row_ids(table.io, SCHEMA, copy, np.array([1, 2], np.int64))
+
+
+def test_the_reader_prefers_stored_ids_and_falls_back_to_first_row_id(table: Table) -> None:
+    io, where = table.io, f"{table.metadata.location}/data"
+    plain = write_data_file(io, f"{where}/plain.parquet", _rows([1, 2, 3]), SCHEMA)
+    task = write_data_file(io, f"{where}/task.parquet", _rows([4, 5, 6]), SCHEMA)
+    stored = store_row_ids(io, SCHEMA, task, np.array([UNKNOWN, 100, UNKNOWN], np.int64))
+    table.commit_or_raise(FastAppend((plain, stored)))
+
+    # The spec's derivation (the reference reader): plain 0..2, stored 3, 100, 5.
+    want = {r.values["id"]: r.row_id for r in snapshot_rows(table.metadata_location)}
+    assert want == {1: 0, 2: 1, 3: 2, 4: 3, 5: 100, 6: 5}
+    assert read_stored_row_ids(io, plain.file_path) is None
+    reader = RowIdReader(io, max_cached_rows=2)  # one stored file at a time
+    for _ in range(2):  # the second round from the caches (the stored one evicted, re-read)
+        got = reader.row_ids(
+            table.metadata,
+            {
+                plain.file_path: np.array([2, 0]),
+                stored.file_path: np.array([0, 1, 2]),
+            },
+        )
+        assert got[plain.file_path].tolist() == [want[3], want[1]]
+        assert got[stored.file_path].tolist() == [want[4], want[5], want[6]]
+    with pytest.raises(FileNotFoundInTableError):
+        reader.row_ids(table.metadata, {f"{where}/not-committed.parquet": np.array([0])})

@@ -218,4 +218,52 @@ submit+=(
   "${app_args[@]}"
 )
 echo "+ $SPARK_HOME/bin/spark-submit ${submit[*]}" >&2
-exec "$SPARK_HOME/bin/spark-submit" "${submit[@]}"
+if [ "$deploy_mode" != client ]; then
+  exec "$SPARK_HOME/bin/spark-submit" "${submit[@]}"
+fi
+
+# ---------------------------------------------------------------- clean stops (client mode)
+# In client mode the driver JVM is spark-submit and the calving driver (calving_app.py) is
+# its Python child. A SIGTERM that reached the JVM would stop the SparkContext under the
+# running query. So spark-submit runs in a session (and process group) of its own, out of
+# reach of a signal to this script's group (`kill -TERM -PGID`, `timeout`, Ctrl-C), and
+# this script hands SIGTERM / SIGINT to the calving driver only: it stops the query between
+# batches and exits 0, and the JVM follows. Under systemd use KillMode=mixed (the SIGTERM
+# goes to this script alone; deploy/systemd/calving-submit.service).
+calving_driver_pids() {
+  # Processes of spark-submit's session whose program is calving_app.py: the Python
+  # driver (PYTHON calving_app.py ...), not the JVM that has it among its arguments.
+  local stat pid rest sid argv
+  for stat in /proc/[0-9]*/stat; do
+    pid=${stat#/proc/}
+    pid=${pid%/stat}
+    { read -r rest <"$stat"; } 2>/dev/null || continue
+    rest=${rest##*) }
+    read -r _ _ _ sid _ <<<"$rest"
+    [ "$sid" = "$submit_pid" ] || continue
+    mapfile -d '' -t argv <"/proc/$pid/cmdline" 2>/dev/null || continue
+    if [[ ${argv[1]:-} == *calving_app.py ]]; then echo "$pid"; fi
+  done
+}
+forward_signal() {
+  local drivers
+  drivers=$(calving_driver_pids)
+  if [ -n "$drivers" ]; then
+    # shellcheck disable=SC2086  # one pid per word
+    kill "-$1" $drivers 2>/dev/null || true
+  else
+    # The Python driver has not started yet: stop spark-submit itself.
+    kill "-$1" -- "-$submit_pid" 2>/dev/null || true
+  fi
+}
+setsid "$SPARK_HOME/bin/spark-submit" "${submit[@]}" &
+submit_pid=$!
+trap 'forward_signal TERM' TERM
+trap 'forward_signal INT' INT
+while :; do
+  status=0
+  wait "$submit_pid" || status=$?
+  # wait returns early (status > 128) when a trapped signal arrives: keep waiting.
+  if ! kill -0 "$submit_pid" 2>/dev/null; then break; fi
+done
+exit "$status"

@@ -68,6 +68,26 @@ def _stop_between_batches(query: Any) -> None:
     query.stop()
 
 
+def failure_text(failure: BaseException) -> str:
+    """One line saying what ``failure`` is, never blank: its message, else the first
+    line of its JVM stack trace (a Java exception without a message, such as an
+    ``InterruptedException`` while Spark shuts down), else its cause's, else its
+    class."""
+    seen: BaseException | None = failure
+    while seen is not None:
+        try:
+            text = str(seen).strip()
+        except Exception:  # noqa: BLE001 -- a JVM that is gone cannot format it
+            text = ""
+        if not text:
+            trace = str(getattr(seen, "_stackTrace", "") or "").strip()
+            text = trace.splitlines()[0] if trace else ""
+        if text:
+            return text
+        seen = seen.__cause__ or seen.__context__
+    return f"{type(failure).__name__} (no message)"
+
+
 def quiet_query_errors(spark: Any) -> None:
     """Silence the JVM's own report of a failed query or task (a full Java and Python
     traceback on stderr); the caller reports the root cause itself. ``calving -v``
@@ -104,24 +124,52 @@ def spark_session(cfg: SparkConfig, log_level: str = "WARN") -> Any:
     use_this_python()
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.appName(cfg.app_name)
+    options = {"spark.app.name": cfg.app_name}
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ
     if not submitted:
         # calving starts the JVM: no console progress bar over calving's own lines (a
         # driver Spark treats like a shell shows one otherwise); [spark.conf] overrides.
-        builder = builder.master(cfg.master).config("spark.ui.showConsoleProgress", "false")
+        options |= {"spark.master": cfg.master, "spark.ui.showConsoleProgress": "false"}
     if cfg.master.startswith("local") and not submitted:
         # A local driver needs no web UI, few shuffle partitions and no address beyond
         # loopback (Spark binds the driver to the host's network address otherwise, and
         # a web UI to every interface); [spark.conf] and SPARK_LOCAL_IP override.
         os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
-        for key, value in LOCAL_DEFAULTS.items():
-            builder = builder.config(key, value)
-    for key, value in cfg.conf.items():
+        options |= LOCAL_DEFAULTS
+    options |= cfg.conf
+    if not submitted:
+        launch_jvm_in_own_session(options)
+    builder = SparkSession.builder
+    for key, value in options.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel(log_level)
     return session
+
+
+def launch_jvm_in_own_session(options: dict[str, str]) -> bool:
+    """Start the driver JVM (py4j gateway) as pyspark would for ``options``, but in a
+    session of its own; True if started here (False: this process has one already).
+
+    A signal to the driver's whole process group (systemd's default
+    ``KillMode=control-group`` uses the cgroup, but ``kill -TERM -PGID``, ``timeout``
+    and a terminal's Ctrl-C use the group) would otherwise also reach the JVM, whose
+    shutdown hooks stop the SparkContext under the running query: the stream then fails
+    instead of stopping between batches. In its own session only the Python driver gets
+    the signal, and it stops the query and then the JVM in order. The JVM (and the
+    Python workers it starts) still ends with the driver: pyspark's gateway exits when
+    its stdin, a pipe from this process, closes."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return False
+    conf = SparkConf(loadDefaults=False)
+    for key, value in options.items():
+        conf.set(key, value)
+    gateway = launch_gateway(conf, popen_kwargs={"start_new_session": True})
+    SparkContext._ensure_initialized(gateway=gateway)
+    return True
 
 
 #: Spark's FileSystem-based checkpoint manager. The default (FileContext-based) one sets
@@ -206,6 +254,8 @@ class Pipeline:
     maintainer: Maintainer | None = None
     #: How records travel: fused read-decode-write tasks, or through Spark (shuffle).
     path: PathChoice = field(default_factory=lambda: PathChoice("shuffle", "default"))
+    #: Why the batch in flight at a requested stop was abandoned (None: none was).
+    abandoned: str | None = None
 
     @property
     def one_table(self) -> Table:
@@ -251,7 +301,10 @@ class Pipeline:
         committed), ``stop_requested`` is set (the query stops between batches), or
         ``timeout`` passes; then save the primary-key index. A query error is re-raised
         as ``StreamFailedError`` with the cause chained; KeyboardInterrupt stops the
-        query and propagates."""
+        query and propagates. Once a stop was requested, a failure of the query or of
+        Spark (a JVM that got the same signal is going down) abandons the batch in
+        flight instead (``abandoned`` says why): its offsets are not committed, so the
+        next run takes it again, and the table's ledger keeps it exactly-once."""
         from pyspark.errors import StreamingQueryException
 
         query = self.start(available_now)
@@ -264,15 +317,36 @@ class Pipeline:
                 if deadline is not None and time.monotonic() > deadline:
                     raise StreamFailedError(f"the stream did not finish within {timeout:.0f}s")
         except StreamingQueryException as failure:
-            if self.stop_requested.is_set() and _StopRequested.__name__ in str(failure):
+            if self.stop_requested.is_set():
+                self._abandon(failure)
                 return
             raise StreamFailedError(
-                f"stream into {self.sink.description} failed: {failure}"
+                f"stream into {self.sink.description} failed: {failure_text(failure)}"
             ) from failure
+        except Exception as failure:
+            if not self.stop_requested.is_set() or isinstance(failure, CalvingError):
+                raise
+            self._abandon(failure)
         finally:
+            self._stop_query(query)
+            self.sink.close()
+
+    def _abandon(self, failure: BaseException) -> None:
+        if _StopRequested.__name__ in str(failure):
+            return  # the batch after the stop refused to start: nothing was in flight
+        self.abandoned = failure_text(failure).splitlines()[0][:300]
+        log.debug("stopping: the batch in flight was abandoned", exc_info=failure)
+
+    def _stop_query(self, query: Any) -> None:
+        """Stop ``query`` if it still runs; after a requested stop, a Spark that is
+        already going down is no error."""
+        try:
             if query.isActive:
                 query.stop()
-            self.sink.close()
+        except Exception as failure:
+            if not self.stop_requested.is_set():
+                raise
+            self._abandon(failure)
 
     def close(self) -> None:
         """Stop the metrics endpoint (``run()`` leaves it up for a last scrape)."""

@@ -8,7 +8,8 @@
     calving changes NAME --from SNAPSHOT_OR_TIME [--to ...] (--config F | --catalog URI)
     calving table set-property NAME KEY VALUE / unset-property NAME KEY (same options)
 
-Exit status: 0 on success (also after SIGTERM: the query stops between batches); 1 when
+Exit status: 0 on success (also after SIGTERM, to calving alone or to its process group:
+the query stops between batches, the Spark JVM runs in a session of its own); 1 when
 the demo's check fails or the stream stops with an error; 2 for a usage or configuration
 error (the message names the key); 130 on Ctrl-C (the first one stops the query between
 batches like SIGTERM, a second one stops at once). An error ends in one line,
@@ -279,6 +280,9 @@ def _run_pipeline(
     if stop.is_set() and not interrupted.is_set():
         last = pipeline.last_batch_id
         where = f"after batch {last}" if last is not None else "before any batch"
+        if pipeline.abandoned is not None:
+            # Not committed: the next run takes the batch again (exactly once).
+            where += f"; the batch in flight was abandoned ({pipeline.abandoned})"
         print(f"calving: stopped on SIGTERM {where}", file=sys.stderr)
 
 

@@ -12,6 +12,7 @@ never fail the stream: an error is logged and the next pass tries again.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -68,13 +69,18 @@ class Maintainer:
             self.rewriter.stop = stop
 
     def run_pass(
-        self, *, dry_run: bool = False, budget_s: float | None = None
+        self, *, dry_run: bool = False, budget_s: float | None = None, inline: bool = False
     ) -> MaintenanceReport:
+        """One pass. ``inline``: run by the stream's own driver between its batches, so
+        no commit of the stream can come between the pass's commits: no pause."""
         self.last_started = time.monotonic()
         deadline = None if budget_s is None else self.last_started + budget_s
+        policy = self.config.policy
+        if inline:
+            policy = dataclasses.replace(policy, commit_pause_s=0.0)
         report = run_maintenance(
             self.table,
-            self.config.policy,
+            policy,
             self.rewriter,
             dry_run=dry_run,
             deadline=deadline,
@@ -101,7 +107,7 @@ class Maintainer:
         ):
             return None
         try:
-            report = self.run_pass(budget_s=self.config.inline_budget_s)
+            report = self.run_pass(budget_s=self.config.inline_budget_s, inline=True)
         except Exception:  # inline maintenance must never fail the stream
             log.warning("inline maintenance of %s failed", self.table.name, exc_info=True)
             return None

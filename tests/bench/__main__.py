@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "decode_debezium": _lazy("tests.bench.decode_debezium"),
     "index": _lazy("tests.bench.index_bench"),
     "maintenance": _lazy("tests.bench.maintenance"),
+    "maintenance_pass": _lazy("tests.bench.maintenance_pass"),
     "throughput": _lazy("tests.bench.throughput"),
     "freshness": _lazy("tests.bench.freshness"),
     "many_tables": _lazy("tests.bench.many_tables"),

@@ -36,6 +36,13 @@ def config_schema(cfg: TableConfig, sample: pa.Table | None, fmt: FormatConfig |
     inferred = infer_schema(
         sample_objects(sample, envelope, cfg.identifier_fields), detect_temporal=cfg.infer_temporal
     )
+    if inferred.disagreeing:
+        log.warning(
+            "schema inference left out %d of %d sampled record(s) that disagree with the "
+            "others (the stream dead-letters them)",
+            inferred.disagreeing,
+            inferred.records_read,
+        )
     if inferred.conflicts:
         log.warning(
             "schema inference left out %d field(s): %s",

@@ -161,6 +161,21 @@ def test_debezium_inference_reads_the_after_image(tmp_path):
     assert [f.name for f in table.metadata.schema.fields] == ["id", "status"]
 
 
+def test_a_poison_sample_record_neither_drops_the_key_nor_adds_its_columns(tmp_path):
+    """Issue 20: 200 records {id, name} plus {"id": "x", "evilcol": 5} made the table
+    {name, evilcol} (the key lost); the agreeing records decide now, and a nested
+    mixed-type field makes no empty struct."""
+    cfg = _config(tmp_path, infer_schema=True, identifier_fields=["id"])
+    catalog, io = _open(cfg)
+    records: list = [{"id": i, "name": f"n{i}"} for i in range(200)]
+    records.insert(13, {"id": "x", "evilcol": 5})
+    records.append({"id": 500, "name": "n", "evil2": {"k": [1, "x"]}})
+    table = ensure_table(catalog, io, cfg.table, _sample(records))
+    types = {f.name: str(f.field_type) for f in table.metadata.schema.fields}
+    assert types == {"id": "long", "name": "string"}
+    assert table.metadata.schema.identifier_field_names == ("id",)
+
+
 def test_inference_without_records_or_key_is_an_error(tmp_path):
     cfg = _config(tmp_path, infer_schema=True, identifier_fields=["id"])
     catalog, io = _open(cfg)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -56,9 +57,9 @@ def test_conflicts_are_reported_and_left_out():
     )
     assert result.schema.fields == ()
     assert result.conflicts == {
-        "a": "values of different kinds: long, string",
+        "a": "values of different kinds, as many of each: number, text",
         "b": "only empty lists (or lists of nulls) seen; element type unknown",
-        "c": "values of different kinds: long, struct",
+        "c": "values of different kinds, as many of each: number, struct",
     }
 
 
@@ -77,7 +78,62 @@ def test_temporal_detection_is_opt_in():
 def test_depth_limit():
     deep = {"a": {"b": {"c": {"d": 1}}}}
     result = infer_schema([deep], max_depth=2)
-    assert result.conflicts == {"a.b": "nested deeper than the inference limit"}
+    assert result.conflicts == {
+        "a.b": "nested deeper than the inference limit",
+        "a": "an object none of whose fields could be typed",
+    }
+    assert result.schema.fields == ()  # never a struct<> without fields
+
+
+def _empty_structs(t: Any, path: str = "") -> list[str]:
+    if isinstance(t, StructType):
+        found = [path] if not t.fields and path else []  # the root may be empty
+        for f in t.fields:
+            found += _empty_structs(f.field_type, f"{path}.{f.name}".lstrip("."))
+        return found
+    if isinstance(t, ListType):
+        return _empty_structs(t.element_type, path + "[]")
+    return []
+
+
+def test_a_poison_record_cannot_reshape_the_schema():
+    """Issue 20: 200 records {id, name} and one {"id": "x", "evilcol": 5}. Before, id was
+    left out ("different kinds") and evilcol became a column; now the 200 agreeing
+    records decide, the poison one is left out and decodes as a dead letter."""
+    values = [json.dumps({"id": i, "name": f"n{i}"}).encode() for i in range(200)]
+    values.insert(57, b'{"id": "x", "evilcol": 5}')
+    result = infer_schema(values)
+    assert [(f.name, f.field_type) for f in result.schema.fields] == [
+        ("id", LONG),
+        ("name", STRING),
+    ]
+    assert result.conflicts == {} and result.disagreeing == 1 and result.records_read == 201
+    out = JsonValueDecoder(result.schema).decode(kafka_batch(values, first_offset=0))
+    assert out.rows.num_rows == 200
+    assert out.dead_letters.column("offset").to_pylist() == [57]
+    assert out.unknown_fields == {}
+
+
+def test_a_nested_mixed_type_field_never_makes_an_empty_struct():
+    good = [json.dumps({"id": i, "evil2": {"k": i}}).encode() for i in range(20)]
+    minority = infer_schema([*good, b'{"id": 99, "evil2": {"k": "x", "z": [1]}}'])
+    types = {f.name: f.field_type for f in minority.schema.fields}
+    assert isinstance(types["evil2"], StructType)
+    assert [(f.name, f.field_type) for f in types["evil2"].fields] == [("k", LONG)]
+    assert minority.disagreeing == 1
+    # Only conflicting values inside the object (a tie, a list of mixed elements).
+    alone = infer_schema([b'{"id": 1, "evil2": {"k": [1, "x"]}}', b'{"id": 2, "e3": {"a": null}}'])
+    assert [f.name for f in alone.schema.fields] == ["id"]
+    assert set(alone.conflicts) == {"evil2.k[]", "evil2", "e3.a", "e3"}
+    for result in (minority, alone):
+        assert _empty_structs(result.schema.as_struct()) == []
+
+
+def test_a_tie_leaves_the_field_out_and_kinds_of_one_family_widen():
+    tie = infer_schema([b'{"a": 1, "b": 1}', b'{"a": "x", "b": 2.5}'])
+    assert [(f.name, f.field_type) for f in tie.schema.fields] == [("b", DOUBLE)]
+    assert tie.conflicts == {"a": "values of different kinds, as many of each: number, text"}
+    assert tie.disagreeing == 0
 
 
 _objects = st.dictionaries(
@@ -99,6 +155,7 @@ def test_inferred_schema_decodes_its_own_sample(objs):
     result = infer_schema(values)
     out = JsonValueDecoder(result.schema).decode(kafka_batch(values))
     conflicted = set(result.conflicts)
-    if not conflicted:
-        assert out.dead_letters.num_rows == 0
-    assert set(out.unknown_fields) == conflicted
+    # Exactly the records that disagree with the majority are dead letters.
+    assert out.dead_letters.num_rows == result.disagreeing
+    assert set(out.unknown_fields) >= conflicted
+    assert _empty_structs(result.schema.as_struct()) == []

@@ -89,9 +89,14 @@ class DeadLetterTarget:
     def configured(self) -> bool:
         return self.table_metadata_json is not None or self.topic is not None
 
-    def write(self, io: FileIO, dead: pa.Table, file_prefix: str) -> list[Message]:
-        if not self.configured:
+    def check_configured(self, dead: pa.Table) -> None:
+        """With no destination, the first of ``dead`` stops the stream (typed, naming its
+        topic, partition and offset)."""
+        if not self.configured and dead.num_rows:
             raise _first_error(dead)
+
+    def write(self, io: FileIO, dead: pa.Table, file_prefix: str) -> list[Message]:
+        self.check_configured(dead)
         out: list[Message] = []
         if self.topic is not None:
             sent = send_to_topic(

@@ -8,6 +8,7 @@ driver only ever collects these small message rows.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from calving.ingest.sink.dead_letters import DeadLetterTarget
 from calving.ingest.sink.messages import (
     MESSAGE_SCHEMA,
     DataFileWritten,
+    DeadLetterFileWritten,
     KeysDeleted,
     KeysRenewed,
     Message,
@@ -84,6 +86,15 @@ def drop_committed(batch: pa.Table, ledger: Mapping[tuple[str, int], int]) -> pa
     return batch.filter(keep)
 
 
+def discard_files(io: FileIO, messages: Sequence[Message]) -> None:
+    """Delete the files ``messages`` report written (a task that fails after writing
+    them leaves nothing behind; a delete that fails is left to orphan-file cleanup)."""
+    for m in messages:
+        if isinstance(m, (DataFileWritten, DeadLetterFileWritten)):
+            with contextlib.suppress(Exception):
+                io.delete(m.file.file_path)
+
+
 class Decoding:
     """Per task: decode batches, divert dead letters, gather unknown fields."""
 
@@ -100,6 +111,9 @@ class Decoding:
             return None
         decoded: DecodedBatch = self.plan.decoder.decode(batch)
         if decoded.dead_letters.num_rows:
+            # Nowhere to put it: stop before any of the batch's rows is written (an
+            # error later would leave data files no snapshot references).
+            self.plan.dead_letters.check_configured(decoded.dead_letters)
             self.dead.append(decoded.dead_letters)
         for path, kinds in decoded.unknown_fields.items():
             self.unknown.setdefault(path, set()).update(kinds)
@@ -123,12 +137,19 @@ def decode_and_write_append(plan: TaskPlan) -> TaskFunction:
         io = plan.file_io()
         writer = plan.writer(io)
         decoding = Decoding(plan)
-        for rb in batches:
-            rows = decoding.decode(rb)
-            if rows is not None:
-                writer.write(rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names]))
-        messages: list[Message] = [DataFileWritten(w.data_file) for w in writer.close()]
-        yield encode(messages + decoding.finish(io))
+        try:
+            for rb in batches:
+                rows = decoding.decode(rb)
+                if rows is not None:
+                    writer.write(
+                        rows.drop_columns([c for c in META_COLUMNS if c in rows.column_names])
+                    )
+            messages: list[Message] = [DataFileWritten(w.data_file) for w in writer.close()]
+            done = encode(messages + decoding.finish(io))
+        except BaseException:
+            discard_files(io, [DataFileWritten(w.data_file) for w in writer.written])
+            raise
+        yield done
 
     return run
 
@@ -251,6 +272,7 @@ __all__ = [
     "conform",
     "decode_and_write_append",
     "decode_for_keyed",
+    "discard_files",
     "drop_committed",
     "keyed_stage_schema",
     "meta_rows",

@@ -31,6 +31,7 @@ from calving.ingest.sink.executor import (
     Decoding,
     TaskPlan,
     conform,
+    discard_files,
     drop_committed,
     keyed_stage_schema,
     write_last_events,
@@ -123,9 +124,15 @@ def many_tables_task(plans: Mapping[str, TablePlan], options: KafkaSourceOptions
         for topic, partition, start, end in rows:
             spans.setdefault(topic, []).append(OffsetRange(topic, partition, start, end))
         by_table: dict[str, list[Message]] = {}
-        for topic, ranges in spans.items():
-            plan = plans[topic]
-            by_table.setdefault(plan.table, []).extend(table_messages(plan, options, ranges))
+        try:
+            for topic, ranges in spans.items():
+                plan = plans[topic]
+                by_table.setdefault(plan.table, []).extend(table_messages(plan, options, ranges))
+        except BaseException:
+            # The task fails: files it wrote for other tables would never be committed.
+            for topic in spans:
+                discard_files(plans[topic].plan.file_io(), by_table.pop(plans[topic].table, []))
+            raise
         batch = encode_tagged(by_table)
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema) as writer:

@@ -12,6 +12,7 @@ silent rewrite.
 from __future__ import annotations
 
 import logging
+import os
 import urllib.parse
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -47,7 +48,7 @@ from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
 from calving.commit.table.table import Table, create_table
 from calving.ingest.config.catalog import REST_PREFIXES, RestSettings
 from calving.ingest.config.format import FormatConfig
-from calving.ingest.config.preflight import check_table_properties
+from calving.ingest.config.preflight import check_table_properties, local_path
 from calving.ingest.config.schema import config_schema
 from calving.ingest.config.table import TableConfig, build_spec
 from calving.ingest.decode import DEAD_LETTER_SCHEMA
@@ -89,10 +90,28 @@ def open_catalog(table_cfg: TableConfig, io: FileIO | None = None) -> Catalog:
     return open_sql_catalog(table_cfg.catalog_name, table_cfg.catalog, table_cfg.warehouse, io)
 
 
+def check_catalog_exists(uri: str, key: str) -> None:
+    """Commands that read or change an existing table never create a catalog: a SQLite
+    database file or a filesystem catalog directory that does not exist is one line
+    naming ``key`` (nothing is created)."""
+    path: str | None = None
+    if uri.startswith("sqlite:"):
+        database = uri.split(":///", 1)[1].split("?", 1)[0] if ":///" in uri else ""
+        path = urllib.parse.unquote(database) if database not in ("", ":memory:") else None
+    elif uri.startswith("file:") or "://" not in uri:
+        path = local_path(uri)
+    if path is not None and not os.path.exists(path):
+        raise ConfigError(
+            f"{key}: no catalog at {path!r}; nothing was created (calving run creates it)"
+        )
+
+
 def open_catalog_uri(uri: str, name: str, io: FileIO, key: str = "--catalog") -> Catalog:
     """The catalog a bare URI names (``--catalog`` of the admin commands): SQL,
     ``file:`` / a path (filesystem) or ``rest+http(s)://`` (REST, no credentials: a
-    catalog that needs them is reached with ``--config``)."""
+    catalog that needs them is reached with ``--config``). A local catalog must exist
+    (``check_catalog_exists``)."""
+    check_catalog_exists(uri, key)
     if uri.startswith(REST_PREFIXES):
         base = uri[len("rest+") :].rstrip("/")
         parts = urllib.parse.urlsplit(base)

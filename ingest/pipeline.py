@@ -26,10 +26,11 @@ from calving.commit.table.table import Table
 from calving.ingest.catalogs import ensure_dead_letter_table, ensure_table, file_io, open_catalog
 from calving.ingest.config.format import build_decoder
 from calving.ingest.config.loader import CalvingConfig
-from calving.ingest.config.preflight import validate_before_create
+from calving.ingest.config.preflight import check_metrics_port, validate_before_create
 from calving.ingest.config.runtime import SparkConfig
 from calving.ingest.config.source import SourceConfig
 from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
+from calving.ingest.kafka.preflight import check_source
 from calving.ingest.metrics import metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
@@ -362,7 +363,13 @@ def build_pipeline(
 ) -> Pipeline:
     """Open the catalog, create or check the table and the dead-letter table, and build
     the sink. A new table with ``infer_schema`` samples the topic first. A routed
-    table name (whole-database CDC) builds a ``ManyTablesSink`` instead."""
+    table name (whole-database CDC) builds a ``ManyTablesSink`` instead.
+
+    Everything that can fail is checked first, so that a failing start creates nothing:
+    the locations calving writes, the metrics port, the broker and the named topics."""
+    validate_before_create(config)
+    check_metrics_port(config)
+    check_source(config.source)
     if config.router is not None:
         many = build_many_sink(config, on_batch=on_batch)
         path = PathChoice(

@@ -81,12 +81,18 @@ def check_change(key: str, value: str | None) -> None:
 
 def open_target(args: argparse.Namespace) -> tuple[Catalog, FileIO]:
     """The catalog named by ``--config`` or ``--catalog`` / ``$CALVING_CATALOG``."""
-    from calving.ingest.catalogs import file_io, open_catalog, open_catalog_uri
+    from calving.ingest.catalogs import (
+        check_catalog_exists,
+        file_io,
+        open_catalog,
+        open_catalog_uri,
+    )
 
     if args.config is not None:
         from calving.ingest.config.loader import load_config
 
         table_cfg = load_config(args.config).table
+        check_catalog_exists(table_cfg.catalog, "table.catalog")
         io = file_io(table_cfg)
         return open_catalog(table_cfg, io), io
     uri = args.catalog or os.environ.get("CALVING_CATALOG")

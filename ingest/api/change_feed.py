@@ -51,12 +51,18 @@ def open_table(
     from calving.commit.catalog.base import parse_ident
     from calving.commit.io import FileIO
     from calving.commit.table.table import Table
-    from calving.ingest.catalogs import file_io, open_catalog, open_catalog_uri
+    from calving.ingest.catalogs import (
+        check_catalog_exists,
+        file_io,
+        open_catalog,
+        open_catalog_uri,
+    )
 
     if config is not None:
         from calving.ingest.config.loader import load_config
 
         table_cfg = load_config(Path(config)).table
+        check_catalog_exists(table_cfg.catalog, "table.catalog")
         io = file_io(table_cfg)
         cat = open_catalog(table_cfg, io)
     else:

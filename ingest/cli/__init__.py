@@ -332,7 +332,7 @@ def _maintain_session(spark: Any, args: argparse.Namespace, stop: threading.Even
 def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
     from calving.commit.catalog.base import parse_ident
     from calving.commit.table.table import Table
-    from calving.ingest.catalogs import file_io, open_catalog
+    from calving.ingest.catalogs import check_catalog_exists, file_io, open_catalog
     from calving.ingest.show import describe_table
 
     if args.config is not None:
@@ -343,6 +343,7 @@ def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
         table_cfg = config.table
         # Health is judged against the pipeline's own [maintenance] target.
         target = config.maintenance.policy.compaction.target_file_bytes
+        check_catalog_exists(table_cfg.catalog, "table.catalog")
         io = file_io(table_cfg)
         catalog = open_catalog(table_cfg, io)
     else:

@@ -9,6 +9,10 @@ would fail later leaves no catalog database, namespace or table behind:
   directory) are writable: a probe file is created and removed in the nearest
   existing directory. Remote locations (``s3://``, ``hdfs://`` ...) are not probed.
 
+``check_metrics_port(config)``: with ``[metrics]`` enabled on a fixed port, that port
+can be bound on its host (a port in use fails here, not after the table is created).
+The broker and the topics are checked by ``calving.ingest.kafka.preflight``.
+
 ``check_table_properties(name, properties)`` is the start-up check of an existing
 table's own properties: a bad value fails with the typed accessor's message and the
 ``calving table set-property`` / ``unset-property`` command that repairs it.
@@ -17,6 +21,7 @@ table's own properties: a bad value fails with the typed accessor's message and 
 from __future__ import annotations
 
 import os
+import socket
 import tempfile
 from collections.abc import Mapping
 from urllib.parse import unquote, urlparse
@@ -40,6 +45,25 @@ def validate_before_create(config: CalvingConfig) -> None:
         if problem is not None:
             message = f"{config.origin}: {key}: {problem}"
             raise ConfigError(config.redact.message(message))
+
+
+def check_metrics_port(config: CalvingConfig) -> None:
+    """``ConfigError`` naming ``metrics.port`` when the endpoint could not bind it."""
+    cfg = config.metrics
+    if not cfg.enabled or cfg.port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(cfg.host, cfg.port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError(
+            f"{config.origin}: metrics.port: cannot listen on {cfg.host}:{cfg.port} ({reason}); "
+            "choose a free port, or 0 for any"
+        ) from None
 
 
 def local_path(location: str) -> str | None:

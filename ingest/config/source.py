@@ -35,6 +35,7 @@ KEYS = (
     "fetch_offset_retries",
     "fetch_offset_retry_interval_ms",
     "connect_timeout_ms",
+    "wait_for_topics",
     "kafka",
 )
 _SUBSCRIPTIONS = ("topics", "topic_pattern", "assign")
@@ -70,6 +71,9 @@ class SourceConfig:
     fetch_offset_retry_interval_ms: int | None = None
     #: Bound on the driver's metadata/offset requests, retries included (default 30 s).
     connect_timeout_ms: int | None = None
+    #: A configured topic (``topics`` or ``assign``) that does not exist at start:
+    #: false (default) refuses to start, naming it; true waits until it exists.
+    wait_for_topics: bool = False
     kafka: dict[str, str] = field(default_factory=dict)
     #: Keys (relative to ``[source]``) whose values came from ``${env:...}``: masked.
     env_keys: frozenset[str] = field(default_factory=frozenset, compare=False, repr=False)
@@ -175,6 +179,7 @@ def parse_source(s: Section) -> SourceConfig:
         fetch_offset_retries=s.integer("fetch_offset_retries", minimum=0),
         fetch_offset_retry_interval_ms=s.integer("fetch_offset_retry_interval_ms", minimum=0),
         connect_timeout_ms=s.integer("connect_timeout_ms", minimum=1),
+        wait_for_topics=s.boolean("wait_for_topics", False),
         kafka=kafka,
         env_keys=s.env_names(),
     )

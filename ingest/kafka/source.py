@@ -134,6 +134,10 @@ class BrokerView:
 
     def partitions(self) -> list[TopicPartition]:
         """The subscribed topic-partitions as they are now (patterns re-evaluated)."""
+        return self._options.subscription.select(self.topic_partition_counts())
+
+    def topic_partition_counts(self) -> dict[str, int]:
+        """Every topic the broker has, with its partition count."""
 
         def fetch(timeout: float) -> dict[str, int]:
             metadata = self._admin.list_topics(timeout=timeout)
@@ -143,7 +147,7 @@ class BrokerView:
                 if topic.error is None and topic.partitions
             }
 
-        return self._options.subscription.select(self._retry("list topics", fetch))
+        return self._retry("list topics", fetch)
 
     def earliest(self, tps: Iterable[TopicPartition]) -> Offsets:
         return self._list_offsets(tps, latest=False)

@@ -30,7 +30,7 @@ from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.committer import commit_action
 from calving.commit.table.ledger import LEDGER_PREFIX
 from calving.commit.table.loading import load_metadata
-from calving.commit.table.outcomes import Committed, Skipped
+from calving.commit.table.outcomes import done_or_raise
 
 COMMANDS = ("set-property", "unset-property")
 
@@ -125,8 +125,7 @@ def change_property(catalog: Catalog, io: FileIO, name: str, key: str, value: st
         base=(location, start),
         expected_table_uuid=metadata.table_uuid,
     )
-    if not isinstance(outcome, (Committed, Skipped)):
-        raise outcome.error
+    done_or_raise(outcome)
     after = "(unset)" if value is None else repr(value)
     before = "(unset)" if old is None else repr(old)
     return f"{name}: {key}: {before} -> {after}"

@@ -46,3 +46,17 @@ class Unknown:
 
 
 CommitOutcome = Committed | Skipped | Conflicted | Unknown
+
+
+def done_or_raise(outcome: CommitOutcome, what: str | None = None) -> Committed | Skipped:
+    """The outcome when the change is in the table (committed, or nothing to commit);
+    otherwise its error: a ``Conflicted`` change raises the validation error, an
+    ``Unknown`` one a ``CommitStateUnknownError`` (prefixed with ``what`` when given), never
+    something a caller could retry. The one place an outcome becomes an exception."""
+    if isinstance(outcome, Committed | Skipped):
+        return outcome
+    if isinstance(outcome, Conflicted):
+        raise outcome.error
+    if what is None:
+        raise outcome.error
+    raise CommitStateUnknownError(f"{what}: {outcome.error}")

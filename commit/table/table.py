@@ -7,7 +7,6 @@ import uuid
 from collections.abc import Mapping
 
 from calving.commit.catalog.base import Catalog, TableIdent
-from calving.commit.errors import CommitConflictError
 from calving.commit.io import FileIO, to_uri
 from calving.commit.spec.metadata import TableMetadata, serialize_metadata
 from calving.commit.spec.partition import UNPARTITIONED, PartitionSpec
@@ -18,12 +17,11 @@ from calving.commit.table.action import Action
 from calving.commit.table.committer import (
     CommitOutcome,
     Committed,
-    Conflicted,
     Skipped,
-    Unknown,
     commit_action,
     load_metadata,
 )
+from calving.commit.table.outcomes import done_or_raise
 
 DEFAULT_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
@@ -84,12 +82,7 @@ class Table:
         return outcome
 
     def commit_or_raise(self, action: Action, *, from_cache: bool = False) -> Committed | Skipped:
-        outcome = self.commit(action, from_cache=from_cache)
-        if isinstance(outcome, Conflicted):
-            raise outcome.error
-        if isinstance(outcome, Unknown):
-            raise outcome.error
-        return outcome
+        return done_or_raise(self.commit(action, from_cache=from_cache))
 
     # ------------------------------------------------------------ reading
 
@@ -146,9 +139,3 @@ def create_table(
     metadata = new_table_metadata(schema, location, spec, sort_order, properties)
     metadata_location = catalog.create_table(ident, metadata.location, serialize_metadata(metadata))
     return Table(catalog, ident, catalog.table_io(ident, io), metadata_location, metadata)
-
-
-def expect_committed(outcome: CommitOutcome) -> Committed:
-    if not isinstance(outcome, Committed):
-        raise CommitConflictError(f"expected a commit, got {outcome!r}")
-    return outcome

@@ -20,6 +20,7 @@ from calving.commit.spec.types import IcebergType, NestedField
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.table import TableConfig
 from calving.ingest.decode import infer_schema
+from calving.ingest.decode.connect_envelope import is_connect_envelope
 
 log = logging.getLogger("calving.catalogs")
 
@@ -105,7 +106,7 @@ def sample_objects(
     for raw, key in zip(values, keys):
         obj = json_or_none(raw)
         if envelope == "debezium" and isinstance(obj, dict):
-            if "payload" in obj and "schema" in obj:
+            if is_connect_envelope(obj):
                 obj = obj["payload"]
             op = obj.get("op") if isinstance(obj, dict) else None
             obj = obj.get("after") if op in ("c", "r", "u") and isinstance(obj, dict) else None

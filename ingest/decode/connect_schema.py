@@ -85,6 +85,7 @@ from calving.commit.spec.types import (
     decimal,
     same_shape,
 )
+from calving.ingest.decode.connect_envelope import CONNECT_DECIMAL, VARIABLE_SCALE_DECIMAL
 from calving.ingest.decode.connect_types import (
     ConnectNode,
     ConnectSchemaError,
@@ -92,8 +93,6 @@ from calving.ingest.decode.connect_types import (
     node_from_json,
 )
 
-CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
-VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 ZONED_TIMESTAMP = "io.debezium.time.ZonedTimestamp"
 #: Debezium's parameter (``column.propagate.source.type``) with the source column's scale.
 SOURCE_COLUMN_SCALE = "__debezium.source.column.scale"

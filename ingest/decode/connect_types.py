@@ -30,6 +30,7 @@ from typing import Any
 
 from calving.commit.errors import SchemaError
 from calving.commit.spec.type_strings import MAX_DEPTH
+from calving.ingest.decode.connect_envelope import is_connect_envelope
 
 #: Kafka Connect's schema types (the JSON converter spells them like this).
 PRIMITIVE_KINDS = frozenset(
@@ -104,7 +105,7 @@ def _int_or_none(value: Any) -> int | None:
 def node_from_json(schema: Any) -> ConnectNode:
     """The JSON converter's ``schema`` object -> a node. A whole record
     (``{"schema": ..., "payload": ...}``) is accepted too."""
-    if isinstance(schema, Mapping) and "schema" in schema and "payload" in schema:
+    if is_connect_envelope(schema):
         schema = schema["schema"]
     if not isinstance(schema, Mapping):
         raise ConnectSchemaError(f"a Connect schema must be a JSON object, got {schema!r:.60}")

@@ -63,6 +63,11 @@ from calving.ingest.decode.coerce import (
     EpochUnit,
     json_type_name,
 )
+from calving.ingest.decode.connect_envelope import (
+    CONNECT_DECIMAL,
+    VARIABLE_SCALE_DECIMAL,
+    is_connect_envelope,
+)
 from calving.ingest.decode.debezium_arrow import DebeziumVectorReader
 from calving.ingest.decode.json_values import parse_json
 from calving.ingest.decode.schema_registry import SchemaSource
@@ -83,8 +88,6 @@ _LOGICAL_UNITS = {
     "timestamp-nanos": "ns",
     "local-timestamp-nanos": "ns",
 }
-CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
-VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 Format = Literal["json", "avro"]
 
 
@@ -338,7 +341,7 @@ class DebeziumDecoder:
         doc = parse_json(raw, self._exact)
         if not isinstance(doc, dict):
             raise Reject(MalformedRecordError, f"expected a JSON object, got {json_type_name(doc)}")
-        if "payload" in doc and "schema" in doc:
+        if is_connect_envelope(doc):
             schema, payload = doc["schema"], doc["payload"]
             if payload is not None and not isinstance(payload, dict):
                 raise Reject(MalformedRecordError, "Debezium 'payload' is not an object")
@@ -393,7 +396,7 @@ class DebeziumDecoder:
             notes = record_annotations(writer.raw)
         else:
             obj = parse_json(key, self._exact)
-            if isinstance(obj, dict) and "payload" in obj and "schema" in obj:
+            if is_connect_envelope(obj):
                 notes = _connect_annotations(obj["schema"])
                 obj = obj["payload"]
         return scalar_key_object(obj, self.converter.key_names), notes

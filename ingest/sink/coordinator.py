@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyroaring import BitMap64
 
 from calving.commit import index as pk
-from calving.commit.errors import CalvingError, CommitStateUnknownError
+from calving.commit.errors import CalvingError
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
@@ -26,8 +26,9 @@ from calving.commit.spec.properties import TableProperties
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.actions.update_properties import UpdateProperties
-from calving.commit.table.committer import CommitOutcome, Committed, Conflicted, Skipped, Unknown
+from calving.commit.table.committer import CommitOutcome, Committed, Conflicted, Skipped
 from calving.commit.table.ledger import LedgerClaim, OffsetRange, TopicPartition, read_ledger
+from calving.commit.table.outcomes import done_or_raise
 from calving.commit.table.row_ids import RowIdReader
 from calving.commit.table.table import Table
 from calving.ingest.sink import messages as msg
@@ -340,7 +341,7 @@ class Coordinator:
         """Account for the commit of ``prepared``: raise unless done; on success move the
         index on (saving it every ``index_save_every`` commits)."""
         stats = prepared.stats
-        _expect_done(outcome, f"batch {stats.batch_id}")
+        done_or_raise(outcome, f"batch {stats.batch_id}")
         if isinstance(outcome, Skipped):
             stats.outcome = "skipped"
         elif isinstance(outcome, Committed):
@@ -365,7 +366,7 @@ class Coordinator:
         self, batch_id: int, parsed: ParsedMessages, claim: LedgerClaim
     ) -> None:
         if self.dead_letter_table is not None and parsed.dead_letter_files:
-            _expect_done(
+            done_or_raise(
                 self.dead_letter_table.commit(
                     FastAppend(tuple(parsed.dead_letter_files), ledger=claim)
                 ),
@@ -414,12 +415,3 @@ def _delete_quietly(table: Table, location: str) -> None:
         table.io.delete(location)
     except CalvingError as err:  # an orphan index file is harmless
         log.warning("could not delete %s: %s", location, err)
-
-
-def _expect_done(outcome: CommitOutcome, what: str) -> None:
-    if isinstance(outcome, Committed | Skipped):
-        return
-    if isinstance(outcome, Conflicted):
-        raise outcome.error
-    if isinstance(outcome, Unknown):
-        raise CommitStateUnknownError(f"{what}: {outcome.error}")

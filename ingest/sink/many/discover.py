@@ -29,6 +29,7 @@ from calving.ingest.config.schema import config_schema, json_or_none
 from calving.ingest.config.table import TableConfig, build_spec
 from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.decode.batch import Reject
+from calving.ingest.decode.connect_envelope import is_connect_envelope
 from calving.ingest.decode.connect_schema import (
     ConnectSchemaError,
     table_schema_from_avro,
@@ -84,9 +85,9 @@ def first_event(
 
 
 def _parsed(topic: str, value: dict[str, Any], key: Any, sample: pa.Table) -> FirstEvent:
-    wrapped = "schema" in value and "payload" in value
+    wrapped = is_connect_envelope(value)
     payload = value.get("payload") if wrapped else value
-    key_wrapped = isinstance(key, dict) and "schema" in key and "payload" in key
+    key_wrapped = is_connect_envelope(key)
     source = payload.get("source") if isinstance(payload, dict) else None
     return FirstEvent(
         topic,
@@ -193,7 +194,7 @@ def _key_fields(event: FirstEvent) -> tuple[str, ...]:
     for raw in keys:
         doc = json_or_none(raw)
         if isinstance(doc, dict):
-            payload = doc.get("payload", doc) if "schema" in doc else doc
+            payload = doc["payload"] if is_connect_envelope(doc) else doc
             if isinstance(payload, dict):
                 return tuple(payload)
     raise SchemaError(f"topic {event.topic}: no JSON key to take the table's primary key from")

@@ -34,7 +34,6 @@ from calving.commit.catalog.base import Catalog, TableIdent
 from calving.commit.errors import (
     CalvingError,
     CatalogError,
-    CommitStateUnknownError,
     NoSuchTableError,
     Terminal,
     Transient,
@@ -42,11 +41,11 @@ from calving.commit.errors import (
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import serialize_metadata
 from calving.commit.table.actions.fast_append import FastAppend
-from calving.commit.table.committer import Committed, Conflicted, Skipped, Unknown
+from calving.commit.table.committer import Committed, Skipped
 from calving.commit.table.ledger import LedgerClaim, TopicPartition, read_ledger
 from calving.commit.table.ledger import OffsetRange as LedgerRange
 from calving.commit.table.multi_commit import TableCommit, commit_tables
-from calving.commit.table.outcomes import CommitOutcome
+from calving.commit.table.outcomes import CommitOutcome, done_or_raise
 from calving.commit.table.table import Table
 from calving.ingest.config.format import FormatConfig, build_decoder
 from calving.ingest.config.router import NeedsSource, Route, Skip, TableRouter
@@ -620,7 +619,7 @@ class ManyTablesSink:
             except CalvingError as err:
                 failure = failure or err
         if dead is not None and failure is None:
-            _check_done(outcomes[dead.ident], f"dead letters of batch {batch_id}")
+            done_or_raise(outcomes[dead.ident], f"dead letters of batch {batch_id}")
         if failure is not None:
             raise failure
         return stats
@@ -680,13 +679,6 @@ def pack(groups: list[list[RangeRow]], slots: int) -> list[list[RangeRow]]:
         bins[i].extend(group)
         weights[i] += sum(r[3] - r[2] for r in group)
     return bins
-
-
-def _check_done(outcome: CommitOutcome, what: str) -> None:
-    if isinstance(outcome, Conflicted):
-        raise outcome.error
-    if isinstance(outcome, Unknown):
-        raise CommitStateUnknownError(f"{what}: {outcome.error}")
 
 
 def _spans(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calving.commit.table.ledger import TopicPartition
+from calving.ingest.decode.connect_envelope import is_connect_envelope
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.messages import TransactionRun, TransactionRuns
@@ -139,7 +140,7 @@ def end_marker(offset: int, value: bytes | None) -> EndMarker | None:
         doc = json.loads(value) if value is not None else None
     except ValueError:
         return None
-    if isinstance(doc, dict) and "payload" in doc and "schema" in doc:
+    if is_connect_envelope(doc):
         doc = doc["payload"]
     if not isinstance(doc, dict) or doc.get("status") != "END":
         return None

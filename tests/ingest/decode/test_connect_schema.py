@@ -35,7 +35,7 @@ from calving.commit.spec.types import (
     StructType,
     decimal,
 )
-from calving.ingest.decode import debezium
+from calving.ingest.decode import connect_envelope, debezium
 from calving.ingest.decode.connect_schema import (
     LOGICAL_TYPES,
     ConnectSchemaOptions,
@@ -229,8 +229,9 @@ def test_logical_types_agree_with_the_decoders_epoch_units():
     """``debezium._EPOCH_UNITS`` (value decoding) and ``LOGICAL_TYPES`` (schemas) name the
     same temporal types: a date unit is a date column, a time name a time column, and a
     nanosecond timestamp a timestamp_ns column."""
-    assert debezium.CONNECT_DECIMAL == "org.apache.kafka.connect.data.Decimal"
-    assert debezium.VARIABLE_SCALE_DECIMAL == "io.debezium.data.VariableScaleDecimal"
+    assert debezium.CONNECT_DECIMAL is connect_envelope.CONNECT_DECIMAL
+    assert connect_envelope.CONNECT_DECIMAL == "org.apache.kafka.connect.data.Decimal"
+    assert connect_envelope.VARIABLE_SCALE_DECIMAL == "io.debezium.data.VariableScaleDecimal"
     for name, unit in debezium._EPOCH_UNITS.items():
         mapped = LOGICAL_TYPES[name].iceberg
         if unit == "D":
@@ -659,3 +660,20 @@ def test_random_connect_schemas_map_or_fail_with_a_schema_error(columns):
     omitted = {n.column.split(".")[0] for n in derived.notes if n.omitted}
     assert kept | omitted == {f"c{i}" for i in range(len(columns))}
     assert Schema.from_json(s.to_json()) == s
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ({"schema": {"type": "int32"}, "payload": 1}, True),
+        ({"schema": None, "payload": None}, True),
+        ({"payload": {"id": 1}}, False),
+        ({"schema": {"type": "int32"}}, False),
+        ({"id": 1}, False),
+        (["schema", "payload"], False),
+        ("schema payload", False),
+        (None, False),
+    ],
+)
+def test_connect_envelope_is_recognised_by_its_two_keys_only(doc, expected):
+    assert connect_envelope.is_connect_envelope(doc) is expected

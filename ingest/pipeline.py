@@ -29,8 +29,8 @@ from calving.ingest.config.loader import CalvingConfig
 from calving.ingest.config.preflight import check_metrics_port, validate_before_create
 from calving.ingest.config.runtime import SparkConfig
 from calving.ingest.config.source import SourceConfig
+from calving.ingest.config.source_check import check_source
 from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
-from calving.ingest.kafka.preflight import check_source
 from calving.ingest.metrics import metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink

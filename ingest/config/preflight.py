@@ -11,7 +11,7 @@ would fail later leaves no catalog database, namespace or table behind:
 
 ``check_metrics_port(config)``: with ``[metrics]`` enabled on a fixed port, that port
 can be bound on its host (a port in use fails here, not after the table is created).
-The broker and the topics are checked by ``calving.ingest.kafka.preflight``.
+The broker and the topics are checked by ``calving.ingest.config.source_check``.
 
 ``check_table_properties(name, properties)`` is the start-up check of an existing
 table's own properties: a bad value fails with the typed accessor's message and the

@@ -14,7 +14,7 @@ import pytest
 
 from calving.ingest.cli import main
 from calving.ingest.config.loader import load_config
-from calving.ingest.kafka.preflight import MissingTopicError, check_source
+from calving.ingest.config.source_check import MissingTopicError, check_source
 from tests.ingest.test_cli_errors import write_config
 
 
@@ -80,12 +80,12 @@ def test_wait_for_topics_waits_until_the_topic_exists(tmp_path):
         tmp_path, bootstrap="127.0.0.1:1", topic="late", source_extra="wait_for_topics = true"
     )
     view, naps = _View(), []
-    check_source(load_config(waiting).source, view=view, sleep=naps.append)  # type: ignore[arg-type]
+    check_source(load_config(waiting).source, view=view, sleep=naps.append)  # type: ignore[arg-type]  # reason: _View is a stand-in for BrokerView
     assert view.looks == 3 and len(naps) == 2
 
     refusing = write_config(tmp_path, bootstrap="127.0.0.1:1", topic="late")
     with pytest.raises(MissingTopicError, match="source.topics: topic 'late' does not exist"):
-        check_source(load_config(refusing).source, view=_View(), sleep=naps.append)  # type: ignore[arg-type]
+        check_source(load_config(refusing).source, view=_View(), sleep=naps.append)  # type: ignore[arg-type]  # reason: _View is a stand-in for BrokerView
 
 
 def test_a_topic_pattern_needs_no_topic_yet(tmp_path):
@@ -93,7 +93,7 @@ def test_a_topic_pattern_needs_no_topic_yet(tmp_path):
     text = config.read_text().replace('topics = ["x"]', 'topic_pattern = "la.*"')
     config.write_text(text)
     view = _View()
-    check_source(load_config(config).source, view=view, sleep=lambda _s: None)  # type: ignore[arg-type]
+    check_source(load_config(config).source, view=view, sleep=lambda _s: None)  # type: ignore[arg-type]  # reason: _View is a stand-in for BrokerView
     assert view.looks == 1
 
 

@@ -13,6 +13,7 @@ the first one the index returns.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,9 @@ from calving.ingest.write.row_ids import store_row_ids
 if TYPE_CHECKING:
     from calving.ingest.sink.coordinator import ParsedMessages
 
+#: Files copied at once (a batch's files, one per task and partition).
+COPY_THREADS = 4
+
 
 def keep_row_ids(
     io: FileIO,
@@ -39,7 +43,7 @@ def keep_row_ids(
     reader: RowIdReader,
 ) -> ParsedMessages:
     """``parsed`` with every new data file that updates live rows replaced by a copy
-    storing their old ``_row_id``. ``keys`` are the batch's touched keys (the files'
+    storing their old ``_row_id`` (copied in parallel). ``keys`` are the batch's touched keys (the files'
     keys first, in file order, then the deleted keys) and ``matches`` their lookup."""
     offsets = _file_offsets(parsed.files)
     file_rows = offsets[-1]
@@ -55,12 +59,21 @@ def keep_row_ids(
         return parsed
     which = np.searchsorted(offsets, rows, side="right") - 1  # the file of each row
     files = list(parsed.files)
-    for j in np.unique(which):
-        f, file_keys = files[j]
+    jobs: dict[int, tuple[DataFile, np.ndarray]] = {}
+    for j in (int(j) for j in np.unique(which)):
+        f = files[j][0]
         here = which == j
         stored = np.full(f.record_count, UNKNOWN, np.int64)
         stored[rows[here] - offsets[j]] = ids[here]
-        files[j] = (store_row_ids(io, metadata.schema, f, stored), file_keys)
+        jobs[j] = (f, stored)
+
+    def copy(job: tuple[DataFile, np.ndarray]) -> DataFile:
+        return store_row_ids(io, metadata.schema, *job)
+
+    with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(jobs))) as pool:
+        copies = list(pool.map(copy, jobs.values()))  # Parquet I/O releases the GIL
+    for j, copied in zip(jobs, copies):
+        files[j] = (copied, files[j][1])
     return replace(parsed, files=files)
 
 

@@ -172,13 +172,7 @@ def open_sql_catalog(
     except ConfigError as exc:
         raise ConfigError(f"{key}: {mask_secret(str(exc), url)}") from None
     except ModuleNotFoundError as exc:
-        module = (exc.name or "").split(".")[0]
-        extra = _DRIVER_EXTRAS.get(module)
-        hint = f"install calving[{extra}]" if extra else f"install the {module!r} package"
-        raise ConfigError(
-            f"{key}: the {_scheme(url)} catalog needs the Python module {module!r}, which "
-            f"is not installed: {hint}"
-        ) from None
+        raise _missing_driver(exc, url, key) from None
     except sa_exc.ArgumentError as exc:
         raise ConfigError(
             f"{key}: not a usable database URL ({mask_secret(str(exc), url)})"
@@ -189,6 +183,31 @@ def open_sql_catalog(
             exc.args = (masked,)  # the type stays: callers tell errors apart by it
             raise exc from None
         raise
+
+
+def _missing_driver(exc: ModuleNotFoundError, url: str, key: str) -> ConfigError:
+    module = (exc.name or "").split(".")[0]
+    extra = _DRIVER_EXTRAS.get(module)
+    hint = f"install calving[{extra}]" if extra else f"install the {module!r} package"
+    return ConfigError(
+        f"{key}: the {_scheme(url)} catalog needs the Python module {module!r}, which "
+        f"is not installed: {hint}"
+    )
+
+
+def check_sql_catalog_before_create(url: str, key: str = "table.catalog") -> None:
+    """What can be known of a SQL catalog URL without connecting (so before the broker
+    is asked and before anything is created): its user name and password parse, and
+    its driver is installed. Other URLs (REST, filesystem) pass."""
+    if url.startswith((*REST_PREFIXES, "file:")) or "://" not in url:
+        return
+    check_catalog_url(url, key)
+    try:
+        sa.engine.make_url(url).get_dialect().import_dbapi()
+    except ModuleNotFoundError as exc:
+        raise _missing_driver(exc, url, key) from None
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, AttributeError):
+        return  # opening the catalog reports it, naming the key
 
 
 def check_catalog_url(url: str, key: str = "table.catalog") -> None:

@@ -23,7 +23,13 @@ import pyarrow as pa
 
 from calving.commit.errors import CalvingError, ConfigError, NoSuchTableError
 from calving.commit.table.table import Table
-from calving.ingest.catalogs import ensure_dead_letter_table, ensure_table, file_io, open_catalog
+from calving.ingest.catalogs import (
+    check_sql_catalog_before_create,
+    ensure_dead_letter_table,
+    ensure_table,
+    file_io,
+    open_catalog,
+)
 from calving.ingest.config.format import build_decoder
 from calving.ingest.config.loader import CalvingConfig
 from calving.ingest.config.preflight import check_metrics_port, validate_before_create
@@ -368,6 +374,7 @@ def build_pipeline(
     Everything that can fail is checked first, so that a failing start creates nothing:
     the locations calving writes, the metrics port, the broker and the named topics."""
     validate_before_create(config)
+    check_sql_catalog_before_create(config.table.catalog)
     check_metrics_port(config)
     check_source(config.source)
     if config.router is not None:

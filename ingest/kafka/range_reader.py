@@ -14,7 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import pyarrow as pa
 
@@ -149,18 +149,53 @@ def read_range(
     """Yield the records of ``offset_range`` as Arrow batches of ``schema``."""
     if offset_range.size <= 0:
         return
-    from confluent_kafka import Consumer, KafkaException
-
-    try:
-        consumer = Consumer(with_client_log(consumer_config(options)))
-    except KafkaException as error:
-        from calving.commit.errors import ConfigError
-
-        raise ConfigError(f"kafka.* options rejected by the Kafka client: {error}") from None
+    consumer = _new_consumer(options)
     try:
         yield from _RangeRead(consumer, options, offset_range, schema).batches()
     finally:
         consumer.close()
+
+
+def _new_consumer(options: KafkaSourceOptions) -> Any:
+    from confluent_kafka import Consumer, KafkaException
+
+    try:
+        return Consumer(with_client_log(consumer_config(options)))
+    except KafkaException as error:
+        from calving.commit.errors import ConfigError
+
+        raise ConfigError(f"kafka.* options rejected by the Kafka client: {error}") from None
+
+
+class RangeReader:
+    """Reads ranges one after another with one consumer (created at the first range
+    that has records), each range re-assigning it: a task reading many small ranges
+    opens one connection instead of one per range. ``close()`` when done."""
+
+    def __init__(self, options: KafkaSourceOptions) -> None:
+        self.options = options
+        self._consumer: Any = None
+
+    def read(self, offset_range: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+        """Like ``read_range``, on the shared consumer."""
+        if offset_range.size <= 0:
+            return
+        if self._consumer is None:
+            self._consumer = _new_consumer(self.options)
+        yield from _RangeRead(
+            self._consumer, self.options, offset_range, schema, shared=True
+        ).batches()
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class _RangeRead:
@@ -170,8 +205,12 @@ class _RangeRead:
         options: KafkaSourceOptions,
         offset_range: OffsetRange,
         schema: pa.Schema,
+        shared: bool = False,
     ) -> None:
         self.consumer = consumer
+        #: A consumer that read other ranges before: a record of another partition
+        #: still in its queue is dropped.
+        self.shared = shared
         self.options = options
         self.topic = offset_range.topic
         self.partition = offset_range.partition
@@ -197,6 +236,13 @@ class _RangeRead:
                     )
                 continue
             last_progress = time.monotonic()
+            if self.shared:
+                messages = [
+                    m
+                    for m in messages
+                    if m.topic() is None
+                    or (m.partition() == self.partition and m.topic() == self.topic)
+                ]
             accepted = []
             for message in messages:
                 error = message.error()

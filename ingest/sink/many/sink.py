@@ -100,6 +100,9 @@ class RoutedTable:
     #: Value schemas (``SchemaSeen`` texts) that need no change, with the table schema id
     #: they were checked against: a steady stream reports the same ones every batch.
     settled: dict[str, int] = field(default_factory=dict)
+    #: The table's metadata JSON for task plans, with the location it was written from
+    #: (serialized again only when the table changed).
+    serialized: tuple[str, bytes] | None = None
 
     @property
     def name(self) -> str:
@@ -177,6 +180,9 @@ class ManyTablesSink:
         self.collections: dict[str, str] = {}
         self.tables: dict[str, RoutedTable] = {}
         self.history: list[ManyBatchStats] = []
+        #: One Kafka consumer per task for all its ranges (False: one per range; the
+        #: benchmark's peer).
+        self.reuse_consumer = True
 
     # ------------------------------------------------------------ restarts
 
@@ -423,7 +429,7 @@ class ManyTablesSink:
                     groups.append([row])
         groups += joint.values()
         groups = pack(groups, spark.sparkContext.defaultParallelism * TASKS_PER_CORE)
-        task = many_tables_task(plans, self.source_options)
+        task = many_tables_task(plans, self.source_options, self.reuse_consumer)
         blobs = (
             spark.sparkContext.parallelize(groups, len(groups))
             .mapPartitions(lambda items: task(r for group in items for r in group))
@@ -494,8 +500,10 @@ class ManyTablesSink:
         if routed.decoder is None or routed.decoder[0] != schema.schema_id:
             routed.decoder = (schema.schema_id, build_decoder(self.format, schema))
         safe = routed.name.replace(".", "_")
+        if routed.serialized is None or routed.serialized[0] != table.metadata_location:
+            routed.serialized = (table.metadata_location, serialize_metadata(table.metadata))
         task = TaskPlan(
-            metadata_json=serialize_metadata(table.metadata),
+            metadata_json=routed.serialized[1],
             metadata_location=table.metadata_location,
             decoder=routed.decoder[1],
             ledger=read_ledger(table.metadata, self.writer_id),

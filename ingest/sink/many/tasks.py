@@ -1,16 +1,17 @@
 """Executor side of a many-table batch: one task per planned Kafka range.
 
 A task gets the range rows Spark gave it (``topic``, ``partition``, ``start``, ``end``)
-and a ``TablePlan`` per topic (the plans are pickled once per batch). It reads each range
-with confluent-kafka, notes the value schemas the change events carry (``SchemaSniffer``),
-decodes with the table's decoder and writes the table's files: appends as they come,
-keyed tables keeping each key's last event. A record that does not decode is not judged
-while its table's ranges carry a value schema the driver has not checked against the
-table (``TablePlan.settled``): the task reports ``DeadLettersDeferred`` instead, and the
-driver evolves the table and writes the batch again before any record is a dead letter
-(a widened column's values fit only after the table widened). A table stopped by an incompatible schema
-change sends every record to the dead-letter destination instead. Messages come back
-tagged with the table's name (``encode_tagged``): the driver collects only those.
+and a ``TablePlan`` per topic (the plans are pickled once per batch). It reads its ranges
+with one confluent-kafka consumer (``RangeReader``), notes the value schemas the change
+events carry (``SchemaSniffer``), decodes with the table's decoder and writes the
+table's files: appends as they come, keyed tables keeping each key's last event. A
+record that does not decode is not judged while its table's ranges carry a value schema
+the driver has not checked against the table (``TablePlan.settled``): the task reports
+``DeadLettersDeferred`` instead, and the driver evolves the table and writes the batch
+again before any record is a dead letter (a widened column's values fit only after the
+table widened). A table stopped by an incompatible schema change sends every record to
+the dead-letter destination instead. Messages come back tagged with the table's name
+(``encode_tagged``): the driver collects only those.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import pyarrow as pa
 from calving.ingest.decode.batch import DEAD_LETTER_SCHEMA, META_COLUMNS
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
-from calving.ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.range_reader import RangeReader, read_range
 from calving.ingest.kafka.source import kafka_arrow_schema
 from calving.ingest.sink.executor import (
     Decoding,
@@ -115,9 +116,12 @@ def _value_schema(prefix: bytes, value: bytes) -> Any:
     return None
 
 
-def many_tables_task(plans: Mapping[str, TablePlan], options: KafkaSourceOptions) -> Any:
+def many_tables_task(
+    plans: Mapping[str, TablePlan], options: KafkaSourceOptions, reuse_consumer: bool = True
+) -> Any:
     """The function a task runs over its range rows (tuples ``(topic, partition, start,
-    end)``): yields one Arrow IPC stream of tagged messages."""
+    end)``): yields one Arrow IPC stream of tagged messages. ``reuse_consumer``: one Kafka
+    consumer reads all the task's ranges (else one per range)."""
 
     def run(rows: Iterable[tuple[str, int, int, int]]) -> Iterator[bytes]:
         spans: dict[str, list[OffsetRange]] = {}
@@ -125,9 +129,12 @@ def many_tables_task(plans: Mapping[str, TablePlan], options: KafkaSourceOptions
             spans.setdefault(topic, []).append(OffsetRange(topic, partition, start, end))
         by_table: dict[str, list[Message]] = {}
         try:
-            for topic, ranges in spans.items():
-                plan = plans[topic]
-                by_table.setdefault(plan.table, []).extend(table_messages(plan, options, ranges))
+            with RangeReader(options) as shared:  # one consumer for all the task's ranges
+                reader = shared if reuse_consumer else None
+                for topic, ranges in spans.items():
+                    plan = plans[topic]
+                    messages = table_messages(plan, options, ranges, reader)
+                    by_table.setdefault(plan.table, []).extend(messages)
         except BaseException:
             # The task fails: files it wrote for other tables would never be committed.
             for topic in spans:
@@ -154,13 +161,16 @@ def _records(
     sniffer: SchemaSniffer,
     scope: TransactionScope | None = None,
     runs: RunBuilder | None = None,
+    reader: RangeReader | None = None,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``ranges``; with a ``scope``, each topic-partition only up to its
-    first record outside it (the rest is held back), its transaction runs noted."""
+    """The records of ``ranges`` (on ``reader``'s consumer, else one per range); with a
+    ``scope``, each topic-partition only up to its first record outside it (the rest is
+    held back), its transaction runs noted."""
     schema = kafka_arrow_schema(options.include_headers)
     for span in ranges:
         tp = (span.topic, span.partition)
-        for rb in read_range(options, span, schema):
+        batches = reader.read(span, schema) if reader else read_range(options, span, schema)
+        for rb in batches:
             if scope is not None and runs is not None:
                 offsets = rb.column("offset").to_pylist()
                 ids = transaction_ids(rb.column("value").to_pylist())
@@ -177,14 +187,17 @@ def _records(
 
 
 def table_messages(
-    plan: TablePlan, options: KafkaSourceOptions, ranges: Iterable[OffsetRange]
+    plan: TablePlan,
+    options: KafkaSourceOptions,
+    ranges: Iterable[OffsetRange],
+    reader: RangeReader | None = None,
 ) -> list[Message]:
     """Read, decode and write one table's ranges of this task."""
     sniffer = SchemaSniffer()
     task = plan.plan
     io = task.file_io()
     runs = RunBuilder() if plan.scope is not None else None
-    records = _records(options, ranges, sniffer, plan.scope, runs)
+    records = _records(options, ranges, sniffer, plan.scope, runs, reader)
     if plan.stopped is not None:
         dead = _all_dead(plan, records)
         return dead + sniffer.messages() + ([runs.message()] if runs is not None else [])

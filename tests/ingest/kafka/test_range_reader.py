@@ -12,7 +12,7 @@ from calving.ingest.kafka.broker import EmbeddedBroker
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.producer import produce
-from calving.ingest.kafka.range_reader import KafkaReadTimeoutError, read_range
+from calving.ingest.kafka.range_reader import KafkaReadTimeoutError, RangeReader, read_range
 from calving.ingest.kafka.source import kafka_arrow_schema
 
 pytestmark = pytest.mark.integration
@@ -118,3 +118,36 @@ def test_a_frozen_broker_times_out_with_a_typed_error(
 
 def test_an_empty_range_reads_nothing_without_connecting(broker: EmbeddedBroker) -> None:
     assert read(options(broker), OffsetRange("never-created", 0, 7, 7)).num_rows == 0
+
+
+def test_one_consumer_reads_many_ranges_in_turn(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    """``RangeReader`` (a many-table task's reader): ranges of two topics, both partitions,
+    the same partition twice (backwards too), an empty range and a large one, on one
+    consumer; each read holds exactly its range, nothing of the range read before."""
+    a, b = make_topic(partitions=2), make_topic()
+    for partition in (0, 1):
+        produce(broker.bootstrap_servers, a,
+                [(partition, None, f"a{partition}-{i}".encode(), None) for i in range(12_000)])  # fmt: skip
+    produce(broker.bootstrap_servers, b, [(0, None, f"b{i}".encode(), None) for i in range(50)])
+    opts = options(broker)
+    schema = kafka_arrow_schema(False)
+    ranges = [
+        OffsetRange(a, 0, 0, 10_000),  # leaves records of a/0 fetched past its end
+        OffsetRange(b, 0, 10, 20),
+        OffsetRange(a, 1, 5, 7),
+        OffsetRange(a, 0, 10_000, 10_003),
+        OffsetRange(b, 0, 20, 20),
+        OffsetRange(a, 0, 2, 4),
+        OffsetRange(b, 0, 0, 50),
+    ]
+    with RangeReader(opts) as reader:
+        for r in ranges:
+            table = pa.Table.from_batches(list(reader.read(r, schema)), schema)
+            assert table.column("offset").to_pylist() == list(range(r.start, r.end)), r
+            assert set(table.column("topic").to_pylist()) <= {r.topic}
+            assert set(table.column("partition").to_pylist()) <= {r.partition}
+            prefix = "b" if r.topic == b else f"a{r.partition}-"
+            want = [f"{prefix}{i}".encode() for i in range(r.start, r.end)]
+            assert table.column("value").to_pylist() == want, r

@@ -98,8 +98,12 @@ def discard_files(io: FileIO, messages: Sequence[Message]) -> None:
 class Decoding:
     """Per task: decode batches, divert dead letters, gather unknown fields."""
 
-    def __init__(self, plan: TaskPlan) -> None:
+    def __init__(self, plan: TaskPlan, check_early: bool = True) -> None:
         self.plan = plan
+        #: Refuse a dead letter with nowhere to go as soon as it is decoded. False: a
+        #: many-table first pass, whose dead letters may be deferred until the table has
+        #: followed the batch's schemas (a failing task deletes the files it wrote).
+        self.check_early = check_early
         self.messages: list[Message] = []
         self.dead: list[pa.Table] = []
         self.unknown: dict[str, set[str]] = {}
@@ -113,7 +117,8 @@ class Decoding:
         if decoded.dead_letters.num_rows:
             # Nowhere to put it: stop before any of the batch's rows is written (an
             # error later would leave data files no snapshot references).
-            self.plan.dead_letters.check_configured(decoded.dead_letters)
+            if self.check_early:
+                self.plan.dead_letters.check_configured(decoded.dead_letters)
             self.dead.append(decoded.dead_letters)
         for path, kinds in decoded.unknown_fields.items():
             self.unknown.setdefault(path, set()).update(kinds)

@@ -201,7 +201,7 @@ def table_messages(
     if plan.stopped is not None:
         dead = _all_dead(plan, records)
         return dead + sniffer.messages() + ([runs.message()] if runs is not None else [])
-    decoding = Decoding(task)
+    decoding = Decoding(task, check_early=plan.settled is None)
     messages: list[Message] = []
     if plan.keyed:
         stage = keyed_stage_schema(task.metadata())

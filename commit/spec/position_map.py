@@ -80,6 +80,16 @@ class PositionMap:
     def covers(self, old_path: str) -> bool:
         return old_path in self.old_files
 
+    def copied(self, old_path: str) -> np.ndarray:
+        """Every position of ``old_path`` the rewrite copied (sorted)."""
+        fidx = self.old_files.index(old_path)
+        lo, hi = np.searchsorted(self.old_file, [fidx, fidx + 1])
+        runs = [
+            np.arange(start, start + length, dtype=np.int64)
+            for start, length in zip(self.old_start[lo:hi], self.length[lo:hi])
+        ]
+        return np.sort(np.concatenate(runs)) if runs else np.zeros(0, dtype=np.int64)
+
     def translate(
         self, old_path: str, positions: np.ndarray, *, strict: bool = True
     ) -> dict[str, np.ndarray]:

@@ -2,7 +2,10 @@
 
 Requested deletes are unioned with each data file's current deletion vector (one DV
 per data file: the old DV's entry goes, the union replaces it); removed data files take
-their DVs with them. Nothing is written here: the plan says which DVs to write and which
+their DVs with them. A live data file all of whose rows end up deleted is removed
+instead of getting a DV (as Trino does): no dead weight for readers to open and
+filter, nothing for maintenance to rewrite. A file added by the same commit keeps its
+DV (the writer's row bookkeeping, e.g. the primary-key index, already names it). Nothing is written here: the plan says which DVs to write and which
 base entries the carried manifests must drop.
 """
 
@@ -48,6 +51,7 @@ def plan_deletes(
     added_by_path = {f.file_path: f for f in changes.added_data_files}
     replaced_dv_paths: set[str] = set()
     new_dvs: list[tuple[DataFile, BitMap64]] = []
+    emptied: set[str] = set()
     for path in sorted(changes.deletes):
         positions = changes.deletes[path]
         if len(positions) == 0 or path in removed_data:
@@ -73,6 +77,12 @@ def plan_deletes(
                 f"deletion vector for {path} has position {merged.max()} but the file "
                 f"has {target.record_count} rows"
             )
+        if path not in added_by_path and len(merged) == target.record_count:
+            # Every row of the file is deleted: the file goes (a DELETED entry, its old
+            # DV with it) instead of getting a DV that hides all of it.
+            emptied.add(path)
+            counters.removed_data(target)
+            continue
         new_dvs.append((target, merged))
     for path in sorted(removed_data):
         if path in live.dvs:
@@ -82,4 +92,4 @@ def plan_deletes(
         if removed_entry is None:
             raise CommitConflictError(f"cannot remove {path}: it is not a live data file")
         counters.removed_data(removed_entry.data_file)
-    return DeletePlan(tuple(new_dvs), frozenset(replaced_dv_paths), removed_data)
+    return DeletePlan(tuple(new_dvs), frozenset(replaced_dv_paths), removed_data | emptied)

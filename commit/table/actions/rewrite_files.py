@@ -3,8 +3,9 @@
 The rewrite was planned on some snapshot: the files it removes must still be live. Rows
 of a removed file deleted after the rewrite read it (a stream's deletes) are not lost:
 with the rewrite's position map the new deletes are carried to the rows' new places as
-DVs on the added files, in the same snapshot. Without a map (or when a removed file is
-gone), the rewrite conflicts; the writers never fail because of it.
+DVs on the added files, in the same snapshot; a removed file that a commit since removed
+(a stream removes a file all of whose rows it deleted) has all its copied rows carried
+as deleted. Without a map, the rewrite conflicts; the writers never fail because of it.
 """
 
 from __future__ import annotations
@@ -47,12 +48,18 @@ class RewriteFiles:
 
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         live = scan.live_files(io, base, base.current_snapshot)
+        if any(f.file_path in live.data for f in self.added):
+            raise CommitConflictError("rewrite: its new files are already in the table")
         live_rows = 0
         carried: dict[str, BitMap64] = {}
+        gone: set[str] = set()
         for path in self.removed:
             entry = live.data.get(path)
             if entry is None:
-                raise RewriteConflictError(path, f"rewrite: {path} is no longer live")
+                for new_path, positions in self._gone(path).items():
+                    carried[new_path] = carried.get(new_path, BitMap64()) | positions
+                gone.add(path)
+                continue
             dv = live.dvs.get(path)
             deleted = dv.data_file.record_count if dv else 0
             seen = self.deletes_seen.get(path, 0)
@@ -73,10 +80,19 @@ class RewriteFiles:
         return SnapshotChanges(
             operation="replace",
             added_data_files=self.added,
-            removed_data_files=self.removed,
+            removed_data_files=tuple(p for p in self.removed if p not in gone),
             deletes=carried,
             summary=summary,
         )
+
+    def _gone(self, path: str) -> dict[str, BitMap64]:
+        """Every row the rewrite copied from ``path``, which a commit since removed: one
+        that deleted all its rows (a stream removes a file it empties) or moved them
+        elsewhere. Either way that commit owns them now, so their copies are deleted."""
+        if self.position_map is None or not self.position_map.covers(path):
+            raise RewriteConflictError(path, f"rewrite: {path} is no longer live")
+        moved = self.position_map.translate(path, self.position_map.copied(path))
+        return {p: BitMap64(v.tolist()) for p, v in moved.items()}
 
     def _carry(
         self, io: FileIO, live: scan.LiveFiles, path: str, seen: int, deleted: int

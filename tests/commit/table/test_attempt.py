@@ -279,7 +279,10 @@ def test_producer_names_exactly_the_new_files_of_the_snapshot(sqlite_catalog):
     )
     written = []
     for k in range(3):
-        files = write_partitioned(table, [row(k * 10 + i, day=i) for i in range(3)])
+        # Two rows per file: deleting one makes a DV (deleting a file's only row would
+        # remove the file instead).
+        rows = [row(k * 10 + i, day=i) for i in range(3) for _ in range(2)]
+        files = write_partitioned(table, rows)
         written += files
         table.commit(FastAppend(tuple(f for f, _ in files)))
     base = table.metadata
@@ -364,7 +367,8 @@ def test_deletion_vectors_this_process_wrote_are_merged_from_memory(sqlite_catal
     from calving.commit.table import scan
 
     table = make_table(sqlite_catalog)
-    table.commit(FastAppend(_files(table, [1, 2, 3])))
+    # Each id twice: the file keeps live rows after two deletes (an emptied file goes).
+    table.commit(FastAppend(_files(table, [1, 2, 3, 1, 2, 3])))
     path = next(iter(live_files(table.io, table.metadata, table.metadata.current_snapshot).data))
     table.commit(RowDelta(deletes={path: BitMap64([0])}))
     ranges: list[str] = []

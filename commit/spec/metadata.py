@@ -9,11 +9,12 @@ does not model are kept in ``extra`` and written back unchanged.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from calving.commit.errors import CorruptFileError, SchemaError, UnsupportedFeatureError
+from calving.commit.spec.list_text import LIST_TEXTS
 from calving.commit.spec.partition import PartitionSpec
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.snapshot import (
@@ -152,8 +153,9 @@ class TableMetadata:
 
 
 def metadata_to_json(m: TableMetadata, *, histories: bool = True) -> dict[str, Any]:
-    """The metadata as a JSON object; ``histories=False`` leaves the ``snapshots`` and
-    ``snapshot-log`` lists empty (their keys stay in place) for ``serialize_metadata``."""
+    """The metadata as a JSON object; ``histories=False`` leaves the ``snapshots``,
+    ``snapshot-log`` and ``metadata-log`` lists empty (their keys stay in place) for
+    ``serialize_metadata``."""
     if m.format_version != 3:
         raise UnsupportedFeatureError(f"calving writes format-version 3, not {m.format_version}")
     out: dict[str, Any] = {
@@ -177,7 +179,7 @@ def metadata_to_json(m: TableMetadata, *, histories: bool = True) -> dict[str, A
         "statistics": [s.to_json() for s in m.statistics],
         "partition-statistics": [dict(s) for s in m.partition_statistics],
         "snapshot-log": [e.to_json() for e in m.snapshot_log] if histories else [],
-        "metadata-log": [e.to_json() for e in m.metadata_log],
+        "metadata-log": [e.to_json() for e in m.metadata_log] if histories else [],
         "next-row-id": m.next_row_id if m.next_row_id is not None else 0,
     }
     for key, value in m.extra.items():
@@ -192,20 +194,31 @@ def _dumps(value: Any) -> str:
 def serialize_metadata(m: TableMetadata) -> bytes:
     """``metadata_to_json`` as compact JSON, the same bytes as ``json.dumps`` of it.
 
-    Written key by key so that the two lists growing with history splice in cheaply:
-    each snapshot's text is encoded once per snapshot object, and the snapshot log
-    holds only integers. Every commit rewrites the whole history, so this keeps commit
-    cost flat as snapshots accumulate."""
+    Written key by key so that the lists growing with history splice in cheaply: the
+    text of ``snapshots``, ``snapshot-log`` and ``metadata-log`` is kept per table with
+    the entry objects it was made from (``calving.commit.spec.list_text``), and the next
+    metadata, which reuses those objects, encodes only its new entries. Every commit
+    rewrites the whole history, so this keeps commit cost flat as snapshots accumulate."""
     parts = []
     for key, value in metadata_to_json(m, histories=False).items():
-        if key == "snapshots":
-            text = "[" + ",".join(s.to_json_text() for s in m.snapshots) + "]"
-        elif key == "snapshot-log":
-            text = "[" + ",".join(e.to_json_text() for e in m.snapshot_log) + "]"
+        if key in _HISTORY_LISTS:
+            items, encode = _HISTORY_LISTS[key](m)
+            text = LIST_TEXTS.text(m.table_uuid, key, items, encode)
         else:
             text = _dumps(value)
         parts.append(f"{_dumps(key)}:{text}")
     return ("{" + ",".join(parts) + "}").encode("utf-8")
+
+
+def _metadata_log_text(entry: MetadataLogEntry) -> str:
+    return _dumps(entry.to_json())
+
+
+_HISTORY_LISTS: dict[str, Callable[[TableMetadata], tuple[Sequence[Any], Callable[[Any], str]]]] = {
+    "snapshots": lambda m: (m.snapshots, Snapshot.to_json_text),
+    "snapshot-log": lambda m: (m.snapshot_log, SnapshotLogEntry.to_json_text),
+    "metadata-log": lambda m: (m.metadata_log, _metadata_log_text),
+}
 
 
 # ---------------------------------------------------------------- reading

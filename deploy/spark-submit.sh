@@ -230,6 +230,7 @@ fi
 # this script hands SIGTERM / SIGINT to the calving driver only: it stops the query between
 # batches and exits 0, and the JVM follows. Under systemd use KillMode=mixed (the SIGTERM
 # goes to this script alone; deploy/systemd/calving-submit.service).
+# shellcheck disable=SC2329  # called from forward_signal, which the traps below call
 calving_driver_pids() {
   # Processes of spark-submit's session whose program is calving_app.py: the Python
   # driver (PYTHON calving_app.py ...), not the JVM that has it among its arguments.
@@ -245,6 +246,7 @@ calving_driver_pids() {
     if [[ ${argv[1]:-} == *calving_app.py ]]; then echo "$pid"; fi
   done
 }
+# shellcheck disable=SC2329  # called by the TERM/INT traps
 forward_signal() {
   local drivers
   drivers=$(calving_driver_pids)

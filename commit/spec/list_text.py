@@ -15,7 +15,6 @@ each kind per table, for a bounded number of tables.
 from __future__ import annotations
 
 import operator
-import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,11 +86,15 @@ def list_text(
 
 
 class ListTexts:
-    """The last encoded list per (table, list name), for ``MAX_TABLES`` tables."""
+    """The last encoded list per (table, list name), for ``MAX_TABLES`` tables.
+
+    Shared by threads without a lock: every step on the ``OrderedDict`` (keys are tuples
+    of strings, so no Python code runs inside one) is atomic under the GIL, and the text
+    does not depend on which earlier list is found (``list_text`` compares entries by
+    identity), so two threads racing on one table only cost each other a cache hit."""
 
     def __init__(self, max_tables: int = MAX_TABLES) -> None:
         self._max = max_tables
-        self._lock = threading.Lock()
         self._last: OrderedDict[tuple[str, str], _Encoded] = OrderedDict()
 
     def text(
@@ -100,19 +103,18 @@ class ListTexts:
         """``"[" + ",".join(encode(i) for i in items) + "]"``, from the table's last
         list of this name where the two share entries."""
         key = (table, name)
-        with self._lock:
-            previous = self._last.get(key)
-        encoded = list_text(previous, items, encode)
-        with self._lock:
-            self._last[key] = encoded
+        encoded = list_text(self._last.get(key), items, encode)
+        self._last[key] = encoded
+        try:
             self._last.move_to_end(key)
             while len(self._last) > self._max * 3:
                 self._last.popitem(last=False)
+        except KeyError:  # another thread dropped the key or emptied the cache meanwhile
+            pass
         return "[" + encoded.body + "]"
 
     def clear(self) -> None:
-        with self._lock:
-            self._last.clear()
+        self._last.clear()
 
 
 LIST_TEXTS = ListTexts()

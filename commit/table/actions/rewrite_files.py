@@ -52,13 +52,13 @@ class RewriteFiles:
             raise CommitConflictError("rewrite: its new files are already in the table")
         live_rows = 0
         carried: dict[str, BitMap64] = {}
-        gone: set[str] = set()
+        gone: dict[str, str] = {}  # added file -> a removed input gone since the read
         for path in self.removed:
             entry = live.data.get(path)
             if entry is None:
                 for new_path, positions in self._gone(path).items():
                     carried[new_path] = carried.get(new_path, BitMap64()) | positions
-                gone.add(path)
+                    gone.setdefault(new_path, path)
                 continue
             dv = live.dvs.get(path)
             deleted = dv.data_file.record_count if dv else 0
@@ -67,6 +67,7 @@ class RewriteFiles:
                 for new_path, positions in self._carry(io, live, path, seen, deleted).items():
                     carried[new_path] = carried.get(new_path, BitMap64()) | positions
             live_rows += entry.data_file.record_count - deleted
+        self._no_dead_weight(carried, gone)
         added_rows = sum(f.record_count for f in self.added)
         carried_rows = sum(len(p) for p in carried.values())
         if added_rows - carried_rows != live_rows:
@@ -80,10 +81,23 @@ class RewriteFiles:
         return SnapshotChanges(
             operation="replace",
             added_data_files=self.added,
-            removed_data_files=tuple(p for p in self.removed if p not in gone),
+            removed_data_files=tuple(p for p in self.removed if p in live.data),
             deletes=carried,
             summary=summary,
         )
+
+    def _no_dead_weight(self, carried: Mapping[str, BitMap64], gone: Mapping[str, str]) -> None:
+        """An added file every row of which is carried as deleted would be dead weight
+        (its inputs were all removed since the read: another compaction took them, or
+        the stream emptied them): the group holding them is given up instead."""
+        for f in self.added:
+            path = gone.get(f.file_path)
+            if path is not None and len(carried[f.file_path]) == f.record_count:
+                raise RewriteConflictError(
+                    path,
+                    f"rewrite: {path} is no longer live and every row the rewrite copied "
+                    f"into {f.file_path} went with it",
+                )
 
     def _gone(self, path: str) -> dict[str, BitMap64]:
         """Every row the rewrite copied from ``path``, which a commit since removed: one

@@ -35,6 +35,7 @@ CASES = [
     ("source.max_offsets_per_trigger", S, "source.max_offsets_per_trigger"),
     ("source.fail_on_data_loss", S, "source.fail_on_data_loss"),
     ("source.include_headers", S, "source.include_headers"),
+    ("source.wait_for_topics", S, "source.wait_for_topics"),
     ("source.min_partitions", S, "source.min_partitions"),
     ("source.group_id_prefix", "   ", "source.group_id_prefix"),
     ("source.poll_timeout_ms", S, "source.poll_timeout_ms"),

@@ -200,7 +200,15 @@ def advance_index(
     assert index is not None
     snapshot = metadata.current_snapshot
     unsaved = state.unsaved_commits + 1
-    if rebuilt is not None or snapshot is None or snapshot.parent_snapshot_id != index.snapshot_id:
+    if (
+        rebuilt is not None
+        or snapshot is None
+        or snapshot.parent_snapshot_id != index.snapshot_id
+        or _removed_files(snapshot.summary)
+    ):
+        # Caught up from the table: others committed in between, a rebase rebuilt the
+        # index, or the commit removed files all of whose rows it deleted (which ones
+        # the table knows: the plan decided on the merged deletion vectors).
         return IndexState(pk.catch_up(io, index, metadata), unsaved)
     for path, positions in deletes.items():
         index.delete_positions(path, positions)
@@ -209,6 +217,13 @@ def advance_index(
             index.add_file(f.file_path, keys, row_count=f.record_count)
     index.snapshot_id = snapshot.snapshot_id
     return IndexState(index, unsaved)
+
+
+def _removed_files(summary: Mapping[str, str]) -> int:
+    try:
+        return int(summary.get("removed-data-files", "0"))
+    except ValueError:
+        return 1  # unreadable: assume some, the catch-up finds out
 
 
 def save_index(table: Table, state: IndexState) -> tuple[IndexState, str | None]:

@@ -27,7 +27,8 @@ def history(tmp_path: Path) -> tuple[History, str]:
     uri = f"sqlite:///{tmp_path}/catalog.db"
     catalog = SqlCatalog("calving", uri, str(tmp_path / "warehouse"))
     catalog.create_namespace(("db",))
-    h = History(catalog, partitioned=False, model=Model(updates_keep_identity=False))
+    # Updates keep their row's identity (the table default): the feed pairs them.
+    h = History(catalog, partitioned=False, model=Model(updates_keep_identity=True))
     h.run(Step("batch", tuple(("u", k) for k in range(5))))
     h.run(Step("batch", (("u", 1), ("d", 2))))
     h.run(Step("compact"))
@@ -51,10 +52,17 @@ def test_jsonl_to_stdout_and_parquet_to_a_file(history: Any, tmp_path: Path, cap
     out, err = capsys.readouterr()
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines == _expected(h, first)
-    assert [x["_change_type"] for x in lines].count("INSERT") == 3
+    # u1 and u3 update live keys, d2 deletes one, u7 is new.
+    kinds = [x["_change_type"] for x in lines]
+    assert [kinds.count(k) for k in ("INSERT", "DELETE", "UPDATE_BEFORE", "UPDATE_AFTER")] == [
+        1,
+        1,
+        2,
+        2,
+    ]
     assert (
         err.strip()
-        == "changes: 6 rows (3 INSERT, 3 DELETE, 0 UPDATE_BEFORE, 0 UPDATE_AFTER) from 2 snapshot(s)"
+        == "changes: 6 rows (1 INSERT, 1 DELETE, 2 UPDATE_BEFORE, 2 UPDATE_AFTER) from 2 snapshot(s)"
     )
 
     target = tmp_path / "changes.parquet"

@@ -24,6 +24,7 @@ import json
 import os
 import sys
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,10 @@ from calving.commit import faults
 from calving.commit.catalog.faults import FaultPlan, SwapFault
 from calving.commit.errors import CalvingError, RetriesExhaustedError
 from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table import scan
 from calving.commit.table.actions.fast_append import FastAppend
-from calving.commit.table.actions.row_delta import RowDelta
+from calving.commit.table.actions.row_delta import Rebase, RowDelta
 from calving.commit.table.committer import Committed, Conflicted, Skipped, Unknown
 from calving.commit.table.ledger import LedgerClaim, OffsetRange, read_ledger
 from calving.commit.table.table import Table
@@ -114,19 +117,44 @@ class RowLocator:
         for path, entry in sorted(live.data.items()):
             if path in self.indexed or entry.data_file.partition != (r[1],):
                 continue
-            data = pq.read_table(pa.BufferReader(table.io.read(path)), columns=list(stream.COLUMNS))
-            rows = list(
-                zip(
-                    data.column("topic").to_pylist(),
-                    data.column("partition").to_pylist(),
-                    data.column("offset").to_pylist(),
-                )
-            )
-            self.add(path, rows)
+            self.add(path, _rows_of(table.io, path))
         found = self.where.get(r)
         if found is None:
             raise LookupError(f"row {r} is in no live data file of {table.name}")
         return found
+
+
+def _rows_of(io: Any, path: str) -> list[stream.Row]:
+    data = pq.read_table(pa.BufferReader(io.read(path)), columns=list(stream.COLUMNS))
+    return list(
+        zip(
+            data.column("topic").to_pylist(),
+            data.column("partition").to_pylist(),
+            data.column("offset").to_pylist(),
+        )
+    )
+
+
+def rebase_by_row(table: Table, requested: dict[tuple[str, int], stream.Row]) -> Rebase:
+    """Deletes aimed at files a concurrent commit removed, found again by row in the
+    base's live files (as the coordinator does by key). A row in no live file went with
+    a file another writer emptied (all its rows deleted, the file removed): it is
+    deleted already, and nothing is asked for it."""
+
+    def rebase(base: TableMetadata, gone: Mapping[str, BitMap64]) -> dict[str, BitMap64]:
+        wanted = {requested[(path, pos)] for path, positions in gone.items() for pos in positions}
+        live = scan.live_files(table.io, base, base.current_snapshot)
+        partitions = {r[1] for r in wanted}
+        out: dict[str, BitMap64] = {}
+        for path, entry in sorted(live.data.items()):
+            if entry.data_file.partition not in {(p,) for p in partitions}:
+                continue
+            for position, r in enumerate(_rows_of(table.io, path)):
+                if r in wanted:
+                    out.setdefault(path, BitMap64()).add(position)
+        return out
+
+    return rebase
 
 
 def write_rows(table: Table, w: int, rows: list[stream.Row]) -> DataFile:
@@ -203,17 +231,20 @@ def run(cfg: WriterConfig) -> int:
         faults.hit("after-data-files")
         new_rows = {r: i for i, r in enumerate(inserts)}
         deletes: dict[str, BitMap64] = {}
+        requested: dict[tuple[str, int], stream.Row] = {}
         for r in deleted:
             if r in new_rows and added is not None:
                 path, pos = added.file_path, new_rows[r]
             else:
                 path, pos = locator.locate(table, r)
             deletes.setdefault(path, BitMap64()).add(pos)
+            requested[(path, pos)] = r
         claim = LedgerClaim(wid, {tp: OffsetRange(position, end)})
         files = (added,) if added is not None else ()
         action: FastAppend | RowDelta
         if deletes:
-            kind, action = "delta", RowDelta(files, deletes, ledger=claim)
+            rebase = rebase_by_row(table, requested)
+            kind, action = "delta", RowDelta(files, deletes, ledger=claim, rebase=rebase)
         else:
             kind, action = "append", FastAppend(files, ledger=claim)
         current = table.metadata.current_snapshot_id

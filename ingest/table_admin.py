@@ -35,7 +35,7 @@ from calving.commit.table.outcomes import done_or_raise
 COMMANDS = ("set-property", "unset-property")
 
 
-def add_parsers(table_sub: argparse._SubParsersAction) -> None:
+def add_parsers(table_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register ``set-property`` and ``unset-property`` under ``calving table``."""
     set_p = table_sub.add_parser("set-property", help="set a table property (value checked)")
     set_p.add_argument("name", help='"namespace.table"')

@@ -29,7 +29,7 @@ from calving.commit.changelog import Bound, parse_bound
 from calving.commit.errors import ChangeFeedError, ConfigError
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "changes",
         help="a table's changes between two snapshots (Iceberg changelog columns)",

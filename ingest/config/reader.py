@@ -14,7 +14,7 @@ import difflib
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import Any, NoReturn, overload
 
 from calving.commit.errors import ConfigError
 from calving.ingest.config.secrets import Redactor, env_placeholder, join_key
@@ -164,7 +164,11 @@ class Section:
             self.wrong(name, "true or false", value)
         return value
 
-    def _typed(self, name: str, parse: type[int | float], what: str) -> Any:
+    @overload
+    def _typed(self, name: str, parse: type[int], what: str) -> int | None: ...
+    @overload
+    def _typed(self, name: str, parse: type[float], what: str) -> float | None: ...
+    def _typed(self, name: str, parse: type[int | float], what: str) -> int | float | None:
         """The raw value as ``parse`` (an env string is parsed; a float key takes ints)."""
         value = self.raw(name)
         if value is None:

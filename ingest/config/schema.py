@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -71,7 +71,7 @@ def config_schema(cfg: TableConfig, sample: pa.Table | None, fmt: FormatConfig |
     return _checked(lambda: _numbered_schema(columns, cfg.identifier_fields))
 
 
-def _checked(build: Any) -> Schema:
+def _checked(build: Callable[[], Schema]) -> Schema:
     try:
         return build()
     except SchemaError as exc:

@@ -333,7 +333,8 @@ def add_planned(
         keep = pa.array(~bad)
         columns = [c.filter(keep) for c in columns]
     out.add_arrow_rows(index[~bad], columns, op)
-    return index[bad].tolist()
+    left: list[int] = index[bad].tolist()  # numpy's tolist is untyped; index is int64
+    return left
 
 
 class AvroBatchReader:

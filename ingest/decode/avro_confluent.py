@@ -258,7 +258,7 @@ class ConfluentAvroDecoder:
 
             self.batch_reader = AvroBatchReader(self.converter, self.reader)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Compiled converters are closures; executors rebuild them from the arguments.
         return (type(self), (self.converter.schema, self.reader.source, self.options))
 

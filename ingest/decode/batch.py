@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pyarrow as pa
@@ -137,11 +137,11 @@ class RowConverter:
             for f in self.schema.all_fields()
         )
 
-    def convert(self, obj: Mapping[str, Any], unknown: UnknownFields | None = None) -> list:
+    def convert(self, obj: Mapping[str, Any], unknown: UnknownFields | None = None) -> list[Any]:
         """A decoded top-level object -> one value per column (schema order)."""
         return self._struct.values(obj, unknown, "")
 
-    def convert_keys(self, obj: Mapping[str, Any]) -> list:
+    def convert_keys(self, obj: Mapping[str, Any]) -> list[Any]:
         """A key object -> a row with only the identifier columns set (a delete row)."""
         row: list[Any] = [None] * len(self.column_names)
         for name, pos in zip(self.key_names, self.key_positions):
@@ -156,7 +156,7 @@ class RowConverter:
                 raise exc.at(name) from None
         return row
 
-    def column_arrays(self, rows: list[list]) -> tuple[list[pa.Array], dict[int, str]]:
+    def column_arrays(self, rows: list[list[Any]]) -> tuple[list[pa.Array], dict[int, str]]:
         """Column values -> Arrow arrays; returns the arrays and the indexes of rows that
         Arrow refused (e.g. a string with a lone surrogate) with the column that refused
         them; the caller dead-letters those rows.
@@ -224,25 +224,27 @@ class KafkaBatch:
     def key_array(self) -> pa.Array:
         return self.column("key", pa.binary())
 
+    # pyarrow is untyped (to_pylist returns Any); each column was cast to the type below.
+
     @cached_property
     def values(self) -> list[bytes | None]:
-        return self.value_array.to_pylist()
+        return cast(list[bytes | None], self.value_array.to_pylist())
 
     @cached_property
     def keys(self) -> list[bytes | None]:
-        return self.key_array.to_pylist()
+        return cast(list[bytes | None], self.key_array.to_pylist())
 
     @cached_property
     def topics(self) -> list[str]:
-        return self.column("topic", pa.string()).to_pylist()
+        return cast(list[str], self.column("topic", pa.string()).to_pylist())
 
     @cached_property
     def partitions(self) -> list[int]:
-        return self.column("partition", pa.int32()).to_pylist()
+        return cast(list[int], self.column("partition", pa.int32()).to_pylist())
 
     @cached_property
     def offsets(self) -> list[int]:
-        return self.column("offset", pa.int64()).to_pylist()
+        return cast(list[int], self.column("offset", pa.int64()).to_pylist())
 
     def error(self, index: int, error_class: type[RecordDecodeError], reason: str) -> Any:
         return error_class(
@@ -263,7 +265,7 @@ class BatchAssembler:
         self.decoder = decoder
         self._row_index: list[int] = []
         self._row_ops: list[int] = []
-        self._row_values: list[list] = []
+        self._row_values: list[list[Any]] = []
         self._arrow_parts: list[tuple[np.ndarray, list[pa.Array], int]] = []
         self._dead_index: list[int] = []
         self._dead_errors: list[RecordDecodeError] = []
@@ -277,7 +279,7 @@ class BatchAssembler:
             self._unknown_of.append((indices, self.unknown))
             self.unknown = {}
 
-    def add_row(self, index: int, op: int, values: list) -> None:
+    def add_row(self, index: int, op: int, values: list[Any]) -> None:
         self._keep_unknown(np.array([index], dtype=np.int64))
         self._row_index.append(index)
         self._row_ops.append(op)

@@ -549,7 +549,9 @@ class StructConverter:
         self.by_lower = {f.name.lower(): f.name for f in fields}
         self.name_set = frozenset(self.names)
 
-    def values(self, obj: Mapping[str, Any], unknown: UnknownFields | None, prefix: str) -> list:
+    def values(
+        self, obj: Mapping[str, Any], unknown: UnknownFields | None, prefix: str
+    ) -> list[Any]:
         if self.case_insensitive:
             obj = self._fold(obj)
         out: list[Any] = []
@@ -675,7 +677,7 @@ def _map(t: MapType, options: CoercionOptions) -> Converter:
     return convert_map
 
 
-def build_converter(t: IcebergType, options: CoercionOptions) -> Any:
+def build_converter(t: IcebergType, options: CoercionOptions) -> Converter:
     """A callable converting one decoded value of type ``t`` (never called with None)."""
     if isinstance(t, PrimitiveType):
         return primitive_converter(t, options)

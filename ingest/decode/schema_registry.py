@@ -22,7 +22,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from calving.commit.errors import ConfigError, Terminal, Transient
 
@@ -128,7 +128,7 @@ class SchemaRegistryClient:
             f"{self.max_attempts} attempts (last: {last})"
         )
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         # Shipped to executors without the cache: each process fills its own.
         state = self.__dict__.copy()
         state["_cache"] = {}

@@ -22,6 +22,8 @@ from calving.commit.errors import ConfigError, Terminal
 
 TopicPartition = tuple[str, int]
 Offsets = dict[TopicPartition, int]
+#: Offsets in Spark's checkpoint form: ``{"topic": {"0": 23}}`` (``offsets_to_json``).
+OffsetsJson = dict[str, dict[str, int]]
 
 #: Spark's markers in a JSON ``startingOffsets``.
 EARLIEST = -2
@@ -64,7 +66,7 @@ class OffsetRange:
 # ---------------------------------------------------------------- JSON forms
 
 
-def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> dict[str, dict[str, int]]:
+def offsets_to_json(offsets: Mapping[TopicPartition, int]) -> OffsetsJson:
     """Canonical JSON form: topics sorted, partitions in numeric order.
 
     Spark tells "no new data" by comparing offsets, so equal offsets must serialize equal.

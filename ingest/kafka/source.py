@@ -49,6 +49,7 @@ from calving.ingest.kafka.offsets import (
     LATEST,
     OffsetRange,
     Offsets,
+    OffsetsJson,
     TopicPartition,
     admit,
     offsets_from_json,
@@ -243,7 +244,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # ------------------------------------------------------------------ driver
 
-    def initialOffset(self) -> dict:
+    def initialOffset(self) -> OffsetsJson:
         tps = self.view.partitions()
         starting = self._options.starting_offsets
         if starting == "earliest":
@@ -277,7 +278,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_target = self.view.latest(self.view.partitions())
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: OffsetsJson, limit: ReadLimit) -> OffsetsJson:
         begin = offsets_from_json(start)
         tps = self.view.partitions()
         target = self._available_now_target
@@ -307,10 +308,10 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return start
         return offsets_to_json(end)
 
-    def reportLatestOffset(self) -> dict | None:
+    def reportLatestOffset(self) -> OffsetsJson | None:
         return offsets_to_json(self._last_latest) if self._last_latest is not None else None
 
-    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+    def partitions(self, start: OffsetsJson, end: OffsetsJson) -> Sequence[InputPartition]:
         begin, until = offsets_from_json(start), offsets_from_json(end)
         report_vanished_partitions(set(begin) - set(until), self._options.fail_on_data_loss)
         moved = [tp for tp, e in until.items() if begin.get(tp) != e]
@@ -330,7 +331,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         split = self._options.min_partitions if self._options.split_ranges else None
         return [KafkaInputPartition(r) for r in split_ranges(ranges, split)]
 
-    def commit(self, end: dict) -> None:
+    def commit(self, end: OffsetsJson) -> None:
         """Nothing to do: offsets live in Spark's checkpoint and in the table's ledger."""
 
     def stop(self) -> None:

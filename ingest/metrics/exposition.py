@@ -60,7 +60,9 @@ class MetricFamily:
         return None if value is None else float(value)
 
     def collect(self) -> Iterable[Metric]:
-        return self._metric.collect()
+        # _metric is the prometheus_client metric _adopt took (Any: its kinds differ).
+        metrics: Iterable[Metric] = self._metric.collect()
+        return metrics
 
 
 class Counter(MetricFamily):

@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, parse_metadata
 from calving.commit.spec.properties import TableProperties
-from calving.ingest.decode.batch import META_COLUMNS, OP_DELETE, OP_UPSERT, DecodedBatch
+from calving.ingest.decode.batch import META_COLUMNS, OP_DELETE, OP_UPSERT, DecodedBatch, Decoder
 from calving.ingest.sink.dead_letters import DeadLetterTarget
 from calving.ingest.sink.messages import (
     MESSAGE_SCHEMA,
@@ -49,7 +49,7 @@ class TaskPlan:
 
     metadata_json: bytes  # the table's metadata (schema, spec, location, properties)
     metadata_location: str
-    decoder: Any  # picklable, with .decode(pa.Table) -> DecodedBatch
+    decoder: Decoder  # picklable: Spark ships the plan to the executors
     ledger: Mapping[tuple[str, int], int] = field(default_factory=dict)
     file_prefix: str = "calving"
     dead_letters: DeadLetterTarget = field(default_factory=DeadLetterTarget)

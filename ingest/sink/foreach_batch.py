@@ -23,6 +23,7 @@ from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import primitive_from_string
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
 from calving.commit.table.table import Table
+from calving.ingest.decode.batch import Decoder
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.source import RANGE_COLUMNS
 from calving.ingest.sink.coordinator import BatchStats, Coordinator, ParsedMessages, parse_messages
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("calving.sink")
 
-DecoderFactory = Callable[[Schema], Any]
+DecoderFactory = Callable[[Schema], Decoder]
 
 
 class BatchObserver(Protocol):
@@ -126,7 +127,7 @@ class CalvingSink:
         self.evolve_schema = evolve_schema
         self.on_batch = on_batch
         self.metrics = metrics  # calving.ingest.metrics: endpoint figures and a JSON line per batch
-        self._decoder: tuple[int, Any] | None = None
+        self._decoder: tuple[int, Decoder] | None = None
         #: The ``calving-kafka`` options of a ``calving.emit = ranges`` DataFrame: the
         #: fused tasks read the records themselves.
         self.source_options = source_options
@@ -149,7 +150,7 @@ class CalvingSink:
         self.table.refresh()
         return self.table.ledger(self.writer_id)
 
-    def decoder(self) -> Any:
+    def decoder(self) -> Decoder:
         schema = self.table.metadata.schema
         if self._decoder is None or self._decoder[0] != schema.schema_id:
             self._decoder = (schema.schema_id, self.make_decoder(schema))

@@ -29,11 +29,10 @@ from calving.ingest.sink.executor import (
     conform,
     decode_and_write_append,
     decode_for_keyed,
-    encode,
     keyed_stage_schema,
     write_last_events,
 )
-from calving.ingest.sink.messages import Message
+from calving.ingest.sink.messages import Message, encode
 
 
 def _records(options: KafkaSourceOptions, ranges: Batches) -> Iterator[pa.RecordBatch]:

@@ -408,7 +408,8 @@ def table_to_ipc(t: pa.Table | None) -> bytes | None:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, t.schema) as w:
         w.write_table(t)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()  # pyarrow is untyped: to_pybytes is bytes
+    return data
 
 
 def table_from_ipc(data: bytes | None) -> pa.Table | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 import decimal
 import math
+from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -33,7 +34,9 @@ TRUNCATE_WIDTH = 16
 _EPOCH_DATE = _dt.date(1970, 1, 1)
 
 
-def _leaves(fields: tuple[NestedField, ...], path: tuple[str, ...], repeated: bool):
+def _leaves(
+    fields: tuple[NestedField, ...], path: tuple[str, ...], repeated: bool
+) -> Iterator[tuple[tuple[str, ...], NestedField, bool]]:
     for f in fields:
         p = path + (f.name,)
         t = f.field_type

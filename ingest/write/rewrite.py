@@ -196,9 +196,10 @@ def _rows_per_file(inputs: Sequence[RewriteInput], merged: _Rows, target_file_by
     would count every small file's fixed Parquet overhead, about 1 KB, again: a group of
     many tiny stream files was split into several files far below the target.)"""
     largest = max((item.data_file for item in inputs), key=lambda f: f.record_count)
-    live_bytes = merged.rows.num_rows * largest.file_size_in_bytes // max(largest.record_count, 1)
+    num_rows: int = merged.rows.num_rows  # pyarrow is untyped
+    live_bytes = num_rows * largest.file_size_in_bytes // max(largest.record_count, 1)
     files = max(1, -(-live_bytes // max(target_file_bytes, 1)))
-    return max(1, -(-merged.rows.num_rows // files))
+    return max(1, -(-num_rows // files))
 
 
 def _directory(

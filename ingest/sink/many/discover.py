@@ -31,10 +31,10 @@ from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.decode.batch import Reject
 from calving.ingest.decode.connect_envelope import is_connect_envelope
 from calving.ingest.decode.connect_schema import (
-    ConnectSchemaError,
     table_schema_from_avro,
     table_schema_from_json,
 )
+from calving.ingest.decode.connect_types import ConnectSchemaError
 from calving.ingest.decode.schema_registry import SchemaSource
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions

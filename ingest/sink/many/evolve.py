@@ -24,11 +24,11 @@ from calving.commit.errors import CalvingError
 from calving.commit.spec.schema import Schema
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
 from calving.ingest.decode.connect_schema import (
-    ConnectSchemaError,
     ConnectTableSchema,
     table_schema_from_avro,
     table_schema_from_json,
 )
+from calving.ingest.decode.connect_types import ConnectSchemaError
 from calving.ingest.decode.schema_changes import (
     AddedColumn,
     DroppedColumn,

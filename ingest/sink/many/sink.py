@@ -50,6 +50,7 @@ from calving.commit.table.table import Table
 from calving.ingest.config.format import FormatConfig, build_decoder
 from calving.ingest.config.router import NeedsSource, Route, Skip, TableRouter
 from calving.ingest.config.table import TableConfig
+from calving.ingest.decode.batch import Decoder
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.coordinator import (
@@ -96,7 +97,7 @@ class RoutedTable:
     coordinator: Coordinator
     #: Why the table is stopped (an incompatible source schema change), if it is.
     stopped: str | None = None
-    decoder: tuple[int, Any] | None = None
+    decoder: tuple[int, Decoder] | None = None
     #: Value schemas (``SchemaSeen`` texts) that need no change, with the table schema id
     #: they were checked against: a steady stream reports the same ones every batch.
     settled: dict[str, int] = field(default_factory=dict)

@@ -1,6 +1,6 @@
 """A ``type: ignore`` in the tests names the error it silences and why:
-``# type: ignore[code]  # reason``. (The sources are checked by mypy, strictly for
-calving.commit, with ``warn_unused_ignores``; an ignore there is already accounted for.)"""
+``# type: ignore[code]  # reason``. (The sources are checked by mypy --strict, with
+``warn_unused_ignores``; an ignore there is already accounted for.)"""
 
 from __future__ import annotations
 

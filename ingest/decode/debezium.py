@@ -27,7 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Literal
@@ -191,6 +191,10 @@ def _wrapped_first(values: Any) -> bool:
     return first is not None and first.lstrip()[:10] == b'{"schema":'
 
 
+#: An event's field annotations by envelope part (``after``, ``before``), if it has any.
+_Notes = Callable[[str], dict[str, FieldAnnotation] | None]
+
+
 def _schema_notes(prefix: bytes) -> dict[str, dict[str, FieldAnnotation]] | None:
     """The annotations of ``before`` and ``after`` from the bytes ``{"schema": {...},``
     of a JSON-converter event; None if they are not exactly that."""
@@ -262,7 +266,7 @@ class DebeziumDecoder:
         ):
             self.avro_batch = DebeziumAvroBatchReader(self.converter, self.reader)
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Compiled converters are closures; executors rebuild them from the arguments.
         source = self.reader.source if self.reader is not None else None
         return (type(self), (self.converter.schema, self.options, source))
@@ -287,7 +291,9 @@ class DebeziumDecoder:
 
     # -- one event
 
-    def _event(self, raw: bytes | None, key: bytes | None, out: BatchAssembler) -> tuple[int, list]:
+    def _event(
+        self, raw: bytes | None, key: bytes | None, out: BatchAssembler
+    ) -> tuple[int, list[Any]]:
         if raw is None:
             return OP_DELETE, self._key_row(key, "tombstone")
         payload, notes = self._payload(raw)
@@ -320,7 +326,7 @@ class DebeziumDecoder:
             )
         raise Reject(MalformedRecordError, f"not a Debezium change event: op is {op!r}")
 
-    def _payload(self, raw: bytes) -> tuple[dict | None, Any]:
+    def _payload(self, raw: bytes) -> tuple[dict[str, Any] | None, _Notes]:
         if self.options.value_format == "avro":
             assert self.reader is not None
             writer, value = self.reader.read(raw)
@@ -352,7 +358,7 @@ class DebeziumDecoder:
             return payload, json_notes
         return doc, lambda part: None
 
-    def _wrapped(self, raw: bytes) -> tuple[dict | None, Any] | None:
+    def _wrapped(self, raw: bytes) -> tuple[dict[str, Any] | None, _Notes] | None:
         """A JSON-converter event ``{"schema": ..., "payload": ...}`` read without parsing
         its schema again: the bytes before ``"payload"`` are the schema, parsed (and its
         annotations built) once per distinct text; only the payload is parsed per event.
@@ -377,7 +383,7 @@ class DebeziumDecoder:
             raise Reject(MalformedRecordError, "Debezium 'payload' is not an object")
         return payload, notes.get
 
-    def _key_row(self, key: bytes | None, why: str) -> list:
+    def _key_row(self, key: bytes | None, why: str) -> list[Any]:
         if key is None:
             raise Reject(MissingKeyError, f"{why} without a Kafka key: cannot tell which row")
         try:
@@ -388,7 +394,7 @@ class DebeziumDecoder:
         except CoercionError as exc:
             raise Reject(MissingKeyError, f"{why}: Kafka key {exc.describe()}") from None
 
-    def _decode_key(self, key: bytes) -> tuple[dict, dict[str, FieldAnnotation] | None]:
+    def _decode_key(self, key: bytes) -> tuple[dict[str, Any], dict[str, FieldAnnotation] | None]:
         notes: dict[str, FieldAnnotation] | None = None
         if self.options.key_format == "avro":
             assert self.reader is not None

@@ -135,7 +135,7 @@ class DebeziumVectorReader:
             columns, bad = self._keys(struct)
         good = ~bad
         keep = pa.array(good)
-        done = idx[chosen[good]]
+        done: np.ndarray = idx[chosen[good]]  # bad came from pyarrow (Any): an int64 array
         out.add_arrow_rows(done, [c.filter(keep) for c in columns], op)
         return done
 

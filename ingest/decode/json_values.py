@@ -162,7 +162,7 @@ class JsonValueDecoder:
         if self._vector is not None and not self._vector.supported:
             self._vector = None
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Compiled converters are closures; executors rebuild them from schema + options.
         return (type(self), (self.converter.schema, self.options))
 
@@ -304,7 +304,7 @@ class _NotVectorizable(Exception):
 
 
 def _needs_python(t: pa.DataType) -> bool:
-    return (
+    needs: bool = (  # pyarrow is untyped: pa.types.is_* return bools
         pa.types.is_date(t)
         or pa.types.is_time(t)
         or pa.types.is_timestamp(t)
@@ -312,6 +312,7 @@ def _needs_python(t: pa.DataType) -> bool:
         or pa.types.is_large_binary(t)
         or pa.types.is_fixed_size_binary(t)
     )
+    return needs
 
 
 def to_target(
@@ -433,7 +434,8 @@ def candidate_mask(values: pa.Array) -> np.ndarray:
             pc.less_equal(lengths, _ALWAYS_SHALLOW_BYTES), pc.less_equal(brackets, _MAX_BRACKETS)
         )
         mask = pc.and_(mask, shallow)
-    return mask.fill_null(False).to_numpy(zero_copy_only=False)
+    rows: np.ndarray = mask.fill_null(False).to_numpy(zero_copy_only=False)  # pyarrow: Any
+    return rows
 
 
 def nonfinite_rows(table: pa.Table) -> np.ndarray:
@@ -448,7 +450,10 @@ def nonfinite_rows(table: pa.Table) -> np.ndarray:
 def _nonfinite(arr: pa.Array) -> np.ndarray:
     t = arr.type
     if pa.types.is_floating(t):
-        return pc.invert(pc.is_finite(arr)).fill_null(False).to_numpy(zero_copy_only=False)
+        nonfinite: np.ndarray = (  # pyarrow is untyped: a bool array
+            pc.invert(pc.is_finite(arr)).fill_null(False).to_numpy(zero_copy_only=False)
+        )
+        return nonfinite
     bad = np.zeros(len(arr), dtype=bool)
     if pa.types.is_struct(t):
         for i in range(t.num_fields):
@@ -503,7 +508,10 @@ def read_json_buffer(text: pa.Buffer, schema: pa.Schema, unexpected: str) -> pa.
 
 
 def collect_unknown(
-    got: pa.Schema | pa.StructType, want: pa.Schema | pa.StructType, prefix: str, unknown: dict
+    got: pa.Schema | pa.StructType,
+    want: pa.Schema | pa.StructType,
+    prefix: str,
+    unknown: dict[str, set[str]],
 ) -> None:
     """Fields Arrow inferred beyond the reader schema (top level and inside structs)."""
     wanted = {f.name: f for f in want}

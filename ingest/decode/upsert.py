@@ -66,7 +66,7 @@ class KeyUpsertDecoder:
         self.converter = RowConverter(schema, self.options.coercion())
         self._exact = self.converter.has_decimal
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Compiled converters are closures; executors rebuild them from the arguments.
         source = self.reader.source if self.reader is not None else None
         args = (self.converter.schema, self.options, self.value_format, self.key_format, source)
@@ -87,7 +87,7 @@ class KeyUpsertDecoder:
                 out.reject(i, problem)
         return out.finish()
 
-    def _key(self, raw: bytes | None) -> tuple[dict, list]:
+    def _key(self, raw: bytes | None) -> tuple[dict[str, Any], list[Any]]:
         if raw is None:
             raise Reject(MissingKeyError, "record has no Kafka key; key-upsert mode needs one")
         try:
@@ -112,7 +112,7 @@ class KeyUpsertDecoder:
             obj = unwrap_nanos(obj, notes)
         return obj
 
-    def _value(self, raw: bytes) -> dict:
+    def _value(self, raw: bytes) -> dict[str, Any]:
         if self.value_format == "json":
             return parse_json_object(raw, self._exact)
         obj = self._avro(raw, "value")
@@ -120,7 +120,9 @@ class KeyUpsertDecoder:
             raise Reject(MalformedRecordError, f"value is a {json_type_name(obj)}, not a record")
         return obj
 
-    def _row(self, raw: bytes, key_obj: dict, key_row: list, out: BatchAssembler) -> list:
+    def _row(
+        self, raw: bytes, key_obj: dict[str, Any], key_row: list[Any], out: BatchAssembler
+    ) -> list[Any]:
         obj = self._value(raw)
         names = self.converter.key_names
         missing = [n for n in names if obj.get(n) is None]

@@ -222,7 +222,9 @@ class Transaction:
     def __init__(self, db: SourceDatabase, txid: str) -> None:
         self.db = db
         self.id = txid
-        self.events: list[tuple[SourceTable, str, dict | None, dict | None]] = []
+        self.events: list[
+            tuple[SourceTable, str, dict[str, Any] | None, dict[str, Any] | None]
+        ] = []
 
     def upsert(self, table: str, row: Mapping[str, Any]) -> None:
         t = self.db.tables[table]
@@ -256,7 +258,7 @@ class SourceDatabase:
     schema_ids: dict[str, int] = field(default_factory=dict)
     #: Keep every table's expected rows after each transaction (``history[txid]``).
     keep_history: bool = False
-    history: dict[str, dict[str, list[tuple]]] = field(default_factory=dict)
+    history: dict[str, dict[str, list[tuple[Any, ...]]]] = field(default_factory=dict)
 
     @property
     def transaction_topic(self) -> str:
@@ -302,9 +304,9 @@ class SourceDatabase:
         self,
         t: SourceTable,
         op: str,
-        before: dict | None,
-        after: dict | None,
-        block: dict | None,
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        block: dict[str, Any] | None,
     ) -> None:
         row = after if after is not None else before
         assert row is not None
@@ -327,7 +329,12 @@ class SourceDatabase:
             self.pending[topic].append((part, raw_key, None, None))
 
     def _avro(
-        self, t: SourceTable, payload: dict, before: dict | None, after: dict | None, row: dict
+        self,
+        t: SourceTable,
+        payload: dict[str, Any],
+        before: dict[str, Any] | None,
+        after: dict[str, Any] | None,
+        row: dict[str, Any],
     ) -> tuple[bytes, bytes]:
         record = {**payload, "before": t.avro_row(before), "after": t.avro_row(after)}
         key = {c.name: row.get(c.name) for c in t.columns if c.name in t.key}
@@ -368,7 +375,7 @@ class SourceDatabase:
         out, self.pending = self.pending, {}
         return out
 
-    def expected(self, table: str, columns: tuple[str, ...] | None = None) -> list[tuple]:
+    def expected(self, table: str, columns: tuple[str, ...] | None = None) -> list[tuple[Any, ...]]:
         """The table's rows as sorted tuples of ``columns`` (default: its columns)."""
         t = self.tables[table]
         names = columns or t.column_names
@@ -537,7 +544,9 @@ class ShopWorkload:
             yield None
 
 
-def consistency_problems(customers: list[dict], orders: list[dict], lines: list[dict]) -> list[str]:
+def consistency_problems(
+    customers: list[dict[str, Any]], orders: list[dict[str, Any]], lines: list[dict[str, Any]]
+) -> list[str]:
     """What is wrong across the three shop tables as a reader sees them: a line whose
     order is missing, an order whose customer is missing, an order whose total is not
     the sum of its lines' ``qty * price``."""

@@ -23,6 +23,7 @@ from calving.ingest.metrics.lag import LagProbe
 from calving.ingest.metrics.server import MetricsServer
 
 if TYPE_CHECKING:
+    from calving.commit.spec.snapshot import Snapshot
     from calving.ingest.sink.coordinator import BatchStats, ParsedMessages
     from calving.ingest.sink.foreach_batch import CalvingSink
 
@@ -238,7 +239,7 @@ class SinkMetrics:
         """After ``commit_batch`` returned; ``started`` / ``commit_started`` are
         ``time.monotonic()`` readings. Returns the logged record."""
         now, committed_at = time.monotonic(), time.time()
-        attempts = int(getattr(stats, "commit_attempts", 0) or 0)
+        attempts = stats.commit_attempts
         record = self._base_record(stats.batch_id, stats.outcome, now - started)
         record.update(
             records=stats.records,
@@ -250,12 +251,12 @@ class SinkMetrics:
             snapshot_id=stats.snapshot_id,
             commit_attempts=attempts,
             retries=max(0, attempts - 1),
-            swaps_lost_to_maintenance=int(getattr(stats, "swaps_yielded", 0) or 0),
+            swaps_lost_to_maintenance=stats.swaps_yielded,
             conflicts=max(0, attempts - 1),
             commit_seconds=now - commit_started,
             committed_at=committed_at,
-            timestamp_min_ms=getattr(parsed, "timestamp_min_ms", None),
-            timestamp_max_ms=getattr(parsed, "timestamp_max_ms", None),
+            timestamp_min_ms=parsed.timestamp_min_ms,
+            timestamp_max_ms=parsed.timestamp_max_ms,
             ranges=[
                 {"topic": t, "partition": p, "start": r.start, "end": r.end}
                 for (t, p), r in sorted(stats.ranges.items())
@@ -378,7 +379,7 @@ class SinkMetrics:
             log.info("%s", json.dumps(record, separators=(",", ":")))
 
 
-def _live_rows(snapshot: Any) -> int | None:
+def _live_rows(snapshot: Snapshot | None) -> int | None:
     """Live rows of a snapshot from its summary totals (records minus position deletes):
     in a keyed table calving writes, one per live key. Counting the index itself would
     force it to compact (O(keys)) every batch."""

@@ -20,8 +20,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar, Protocol
 
 from calving.commit.errors import CalvingError, UnsupportedFeatureError
 from calving.commit.io import FileIO
@@ -179,9 +179,6 @@ def check_maintainable(io: FileIO, metadata: TableMetadata) -> None:
                 )
 
 
-Job = Callable[[Table, MaintenancePolicy, bool, float | None, int], Figures]
-
-
 def run_maintenance(
     table: Table,
     policy: MaintenancePolicy,
@@ -209,6 +206,30 @@ def run_maintenance(
     return report
 
 
+@dataclass(frozen=True)
+class PassContext:
+    """What every job of a pass gets: the table, the policy, whether the pass only
+    plans (``dry_run``), its deadline (``time.monotonic()``) and its clock (ms)."""
+
+    table: Table
+    policy: MaintenancePolicy
+    dry_run: bool
+    deadline: float | None
+    now_ms: int
+
+
+class Job(Protocol):
+    """One job of a pass, named as in ``MaintenancePolicy.jobs``."""
+
+    #: The job's name in the policy and in the report.
+    name: ClassVar[str]
+    #: The job counts its own commits (its ``commits`` figure) and paces between them;
+    #: for the others the pass counts a commit when the table's metadata moved.
+    counts_commits: ClassVar[bool]
+
+    def run(self, ctx: PassContext) -> Figures: ...
+
+
 def _run_jobs(
     table: Table,
     policy: MaintenancePolicy,
@@ -223,15 +244,17 @@ def _run_jobs(
     own_run = run_journal.run_id if run_journal is not None else None
     watched = journal.journaled(compaction.stoppable(rewriter, pacer), run_journal)
     jobs: dict[str, Job] = {
-        "leftovers": lambda t, p, d, dl, n: journal.clean_leftovers(
-            t, own_run=own_run, dry_run=d, now_ms=n
-        ).figures(d),
-        "compact": lambda t, p, d, dl, n: _compact(t, p, watched, d, dl, pacer),
-        "rewrite-manifests": _rewrite_manifests,
-        "statistics": _statistics,
-        "expire-snapshots": _expire,
-        "remove-orphans": _remove_orphans,
+        job.name: job
+        for job in (
+            CleanLeftovers(own_run),
+            Compact(watched, pacer),
+            RewriteManifestsJob(),
+            Statistics(),
+            ExpireSnapshotsJob(),
+            RemoveOrphans(),
+        )
     }
+    ctx = PassContext(table, policy, dry_run, deadline, now)
     try:
         for name in policy.jobs:
             result = JobResult(name)
@@ -242,58 +265,88 @@ def _run_jobs(
             if not pacer.before_commit():
                 result.skipped = "stopped"
                 continue
-            started = time.monotonic()
-            try:
-                table.refresh()
-                before = table.metadata_location
-                result.figures = jobs[name](table, policy, dry_run, deadline, now)
-                if name != "compact" and table.metadata_location != before:
-                    report.commits += 1
-                    pacer.committed()
-            except JobFailed as err:
-                log.warning("maintenance job %s on %s: %s", name, table.name, err)
-                result.figures, result.error = err.figures, str(err)
-            except CalvingError as err:
-                log.warning("maintenance job %s on %s failed: %s", name, table.name, err)
-                result.error = f"{type(err).__name__}: {err}"
-            if name == "compact":
-                report.commits += int(result.figures.get("commits", 0))
-            result.seconds = time.monotonic() - started
+            _run_job(jobs[name], ctx, result, report, pacer)
     finally:
         if run_journal is not None:
             run_journal.finish(table)
 
 
-def _compact(
-    table: Table,
-    policy: MaintenancePolicy,
-    rewriter: compaction.RewriteFn | compaction.Rewriter,
-    dry_run: bool,
-    deadline: float | None,
-    pacer: Pacer,
-) -> Figures:
-    r = compaction.compact(
-        table, policy.compaction, rewriter, dry_run=dry_run, deadline=deadline, pacer=pacer
-    )
-    figures: Figures = {
-        "groups": r.groups_planned,
-        "committed": r.groups_committed,
-        "given_up": len(r.groups_given_up),
-        "failed": len(r.groups_failed),
-        "left": r.groups_left,
-        "commits": r.commits,
-        "lost_swaps": r.lost_swaps,
-        "files_before": r.files_before,
-        "files_after": r.files_after,
-        "bytes_before": r.bytes_before,
-        "bytes_after": r.bytes_after,
-        "dvs_purged": r.dvs_purged,
-        "deletes_carried": r.deletes_carried,
-    }
-    if r.groups_failed:
-        failed = f"{len(r.groups_failed)} group(s) failed; first: {r.groups_failed[0]}"
-        raise JobFailed(failed, figures)
-    return figures
+def _run_job(
+    job: Job, ctx: PassContext, result: JobResult, report: MaintenanceReport, pacer: Pacer
+) -> None:
+    """Run one job into ``result``: its figures, or its error (the pass goes on)."""
+    table = ctx.table
+    started = time.monotonic()
+    try:
+        table.refresh()
+        before = table.metadata_location
+        result.figures = job.run(ctx)
+        if not job.counts_commits and table.metadata_location != before:
+            report.commits += 1
+            pacer.committed()
+    except JobFailed as err:
+        log.warning("maintenance job %s on %s: %s", job.name, table.name, err)
+        result.figures, result.error = err.figures, str(err)
+    except CalvingError as err:
+        log.warning("maintenance job %s on %s failed: %s", job.name, table.name, err)
+        result.error = f"{type(err).__name__}: {err}"
+    if job.counts_commits:
+        report.commits += int(result.figures.get("commits", 0))
+    result.seconds = time.monotonic() - started
+
+
+@dataclass(frozen=True)
+class CleanLeftovers:
+    """Files that killed passes wrote and left unreferenced (``journal``)."""
+
+    name: ClassVar[str] = "leftovers"
+    counts_commits: ClassVar[bool] = False
+    #: This pass's own journal, which the job leaves alone.
+    own_run: str | None
+
+    def run(self, ctx: PassContext) -> Figures:
+        return journal.clean_leftovers(
+            ctx.table, own_run=self.own_run, dry_run=ctx.dry_run, now_ms=ctx.now_ms
+        ).figures(ctx.dry_run)
+
+
+@dataclass(frozen=True)
+class Compact:
+    """Compaction through the pass's journaled, stoppable rewriter."""
+
+    name: ClassVar[str] = "compact"
+    counts_commits: ClassVar[bool] = True
+    rewriter: compaction.RewriteFn | compaction.Rewriter
+    pacer: Pacer
+
+    def run(self, ctx: PassContext) -> Figures:
+        r = compaction.compact(
+            ctx.table,
+            ctx.policy.compaction,
+            self.rewriter,
+            dry_run=ctx.dry_run,
+            deadline=ctx.deadline,
+            pacer=self.pacer,
+        )
+        figures: Figures = {
+            "groups": r.groups_planned,
+            "committed": r.groups_committed,
+            "given_up": len(r.groups_given_up),
+            "failed": len(r.groups_failed),
+            "left": r.groups_left,
+            "commits": r.commits,
+            "lost_swaps": r.lost_swaps,
+            "files_before": r.files_before,
+            "files_after": r.files_after,
+            "bytes_before": r.bytes_before,
+            "bytes_after": r.bytes_after,
+            "dvs_purged": r.dvs_purged,
+            "deletes_carried": r.deletes_carried,
+        }
+        if r.groups_failed:
+            failed = f"{len(r.groups_failed)} group(s) failed; first: {r.groups_failed[0]}"
+            raise JobFailed(failed, figures)
+        return figures
 
 
 class JobFailed(CalvingError):
@@ -304,9 +357,18 @@ class JobFailed(CalvingError):
         self.figures = figures
 
 
-def _rewrite_manifests(
-    table: Table, policy: MaintenancePolicy, dry_run: bool, _deadline: float | None, _now: int
-) -> Figures:
+@dataclass(frozen=True)
+class RewriteManifestsJob:
+    """Manifests regrouped to the policy's target size (``RewriteManifests``)."""
+
+    name: ClassVar[str] = "rewrite-manifests"
+    counts_commits: ClassVar[bool] = False
+
+    def run(self, ctx: PassContext) -> Figures:
+        return _rewrite_manifests(ctx.table, ctx.policy, ctx.dry_run)
+
+
+def _rewrite_manifests(table: Table, policy: MaintenancePolicy, dry_run: bool) -> Figures:
     before = len(scan.manifest_files(table.io, table.metadata.current_snapshot))
     target = policy.manifest_target_bytes
     current = TableProperties(table.metadata.properties).manifest_target_size_bytes
@@ -319,9 +381,18 @@ def _rewrite_manifests(
     return {"manifests_before": before, "manifests_after": after}
 
 
-def _statistics(
-    table: Table, policy: MaintenancePolicy, dry_run: bool, _deadline: float | None, now: int
-) -> Figures:
+@dataclass(frozen=True)
+class Statistics:
+    """Column statistics (NDV sketches) of the current snapshot, at most once an interval."""
+
+    name: ClassVar[str] = "statistics"
+    counts_commits: ClassVar[bool] = False
+
+    def run(self, ctx: PassContext) -> Figures:
+        return _statistics(ctx.table, ctx.policy, ctx.dry_run, ctx.now_ms)
+
+
+def _statistics(table: Table, policy: MaintenancePolicy, dry_run: bool, now: int) -> Figures:
     m = table.metadata
     snap = m.current_snapshot
     if snap is None:
@@ -343,9 +414,18 @@ def _statistics(
     }
 
 
-def _expire(
-    table: Table, policy: MaintenancePolicy, dry_run: bool, _deadline: float | None, now: int
-) -> Figures:
+@dataclass(frozen=True)
+class ExpireSnapshotsJob:
+    """Snapshot expiry, then the metadata files that left the metadata log."""
+
+    name: ClassVar[str] = "expire-snapshots"
+    counts_commits: ClassVar[bool] = False
+
+    def run(self, ctx: PassContext) -> Figures:
+        return _expire(ctx.table, ctx.policy, ctx.dry_run, ctx.now_ms)
+
+
+def _expire(table: Table, policy: MaintenancePolicy, dry_run: bool, now: int) -> Figures:
     action = ExpireSnapshots(
         older_than_ms=now - policy.max_snapshot_age_ms, retain_last=policy.retain_last
     )
@@ -395,9 +475,18 @@ def _delete_old_metadata_files(table: Table, now: int) -> int:
 ORPHAN_LISTING_ATTEMPTS = 3
 
 
-def _remove_orphans(
-    table: Table, policy: MaintenancePolicy, dry_run: bool, _deadline: float | None, now: int
-) -> Figures:
+@dataclass(frozen=True)
+class RemoveOrphans:
+    """Files under the table's location that no metadata references."""
+
+    name: ClassVar[str] = "remove-orphans"
+    counts_commits: ClassVar[bool] = False
+
+    def run(self, ctx: PassContext) -> Figures:
+        return _remove_orphans(ctx.table, ctx.policy, ctx.dry_run, ctx.now_ms)
+
+
+def _remove_orphans(table: Table, policy: MaintenancePolicy, dry_run: bool, now: int) -> Figures:
     """A live stream replaces its index file (and a commit may drop other referenced
     files) between this job's read of the metadata and its listing: a referenced file
     missing from the listing is judged again on a fresh read of the table."""

@@ -12,10 +12,12 @@ from calving.commit.errors import InvalidTablePropertyError
 from calving.commit.maintenance.compaction_plan import DEFAULT_TARGET_FILE_BYTES
 from calving.commit.maintenance.health import TableHealth, table_health
 from calving.commit.maintenance.last_pass import read_last_pass
+from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TARGET_FILE_SIZE_BYTES
 from calving.commit.spec.type_strings import type_text
 from calving.commit.table.actions.update_schema import dropped_at_source
 from calving.commit.table.ledger import LEDGER_PREFIX, all_ledgers
+from calving.commit.table.scan import LiveFiles
 from calving.commit.table.table import Table
 
 
@@ -31,8 +33,34 @@ def describe_table(
     health figures (default: the table's ``write.target-file-size-bytes`` when set, else
     compaction's default target)."""
     m = table.metadata
-    current = m.current_snapshot
+    live = table.live_files()
+    target = target_file_bytes or default_target_file_bytes(table)
     out = [
+        *_header_lines(table),
+        "",
+        *_schema_lines(m),
+        *_partitioning_lines(m),
+        *_properties_lines(m),
+        "",
+        *_ledger_lines(m),
+        "",
+        *_snapshot_lines(m, snapshots),
+        "",
+        *_live_file_lines(live),
+        *(["", *_file_lines(live)] if files else []),
+        "",
+        *last_pass_lines(read_last_pass(table.io, m)),
+        "",
+        *health_lines(table_health(table.io, m, table.metadata_location, target)),
+    ]
+    return "\n".join(out)
+
+
+def _header_lines(table: Table) -> list[str]:
+    """Which table: name, location, metadata file, uuid, snapshot and row-id counters."""
+    m = table.metadata
+    current = m.current_snapshot
+    return [
         f"table        {table.name}",
         f"location     {m.location}",
         f"metadata     {table.metadata_location}",
@@ -41,81 +69,108 @@ def describe_table(
             f"snapshots    {len(m.snapshots)}   current {current.snapshot_id if current else '-'}"
             f"   last-sequence-number {m.last_sequence_number}   next-row-id {m.next_row_id}"
         ),
-        "",
-        "schema",
     ]
+
+
+def _schema_lines(m: TableMetadata) -> list[str]:
+    """The current schema's columns, identifier (key) columns marked."""
     identifiers = set(m.schema.identifier_field_ids)
-    out += _table(
-        ("id", "name", "type", "required", "key"),
-        [
-            (
-                str(f.field_id),
-                f.name,
-                type_text(f.field_type),
-                "yes" if f.required else "",
-                "key" if f.field_id in identifiers else "",
-            )
-            for f in m.schema.fields
-        ],
-    )
+    return [
+        "schema",
+        *_table(
+            ("id", "name", "type", "required", "key"),
+            [
+                (
+                    str(f.field_id),
+                    f.name,
+                    type_text(f.field_type),
+                    "yes" if f.required else "",
+                    "key" if f.field_id in identifiers else "",
+                )
+                for f in m.schema.fields
+            ],
+        ),
+    ]
+
+
+def _partitioning_lines(m: TableMetadata) -> list[str]:
+    """The partition spec, and the columns dropped at the source (the table keeps them;
+    new rows get nulls, or their write-default)."""
     spec_fields = [f"{f.transform}({m.schema.column_name(f.source_id)})" for f in m.spec.fields]
-    out += ["", "partitioned by  " + (", ".join(spec_fields) or "nothing (unpartitioned)")]
+    out = ["", "partitioned by  " + (", ".join(spec_fields) or "nothing (unpartitioned)")]
     dropped = dropped_at_source(m)
-    if dropped:  # the table keeps them; new rows get nulls (or their write-default)
+    if dropped:
         out.append("dropped at the source  " + ", ".join(dropped))
+    return out
 
+
+def _properties_lines(m: TableMetadata) -> list[str]:
+    """The table's properties but the ledgers (shown in their own section); none: nothing."""
     props = {k: v for k, v in sorted(m.properties.items()) if not k.startswith(LEDGER_PREFIX)}
-    if props:
-        out += ["", "properties"]
-        out += [f"  {k} = {v}" for k, v in props.items()]
+    if not props:
+        return []
+    return ["", "properties", *(f"  {k} = {v}" for k, v in props.items())]
 
+
+def _ledger_lines(m: TableMetadata) -> list[str]:
+    """Each writer's exactly-once ledger: the next offset per topic-partition."""
     ledgers = all_ledgers(m)
-    out += ["", "exactly-once ledger (next offset per topic-partition)"]
+    out = ["exactly-once ledger (next offset per topic-partition)"]
     if not ledgers:
         out.append("  (none: no Kafka offsets committed yet)")
     for writer, offsets in sorted(ledgers.items()):
         out.append(f"  writer {writer}")
         out += [f"    {t}/{p}  {o}" for (t, p), o in sorted(offsets.items())]
+    return out
 
-    out += ["", f"snapshots (newest {min(snapshots, len(m.snapshots))} of {len(m.snapshots)})"]
+
+_SNAPSHOT_COLUMNS = (
+    "seq",
+    "snapshot",
+    "parent",
+    "time (UTC)",
+    "operation",
+    "+files",
+    "+rows",
+    "+DVs",
+    "+deleted",
+    "writer",
+)
+
+
+def _snapshot_lines(m: TableMetadata, snapshots: int) -> list[str]:
+    """The newest ``snapshots`` snapshots, newest first."""
     newest = sorted(m.snapshots, key=lambda s: s.sequence_number)[-snapshots:][::-1]
-    out += _table(
-        (
-            "seq",
-            "snapshot",
-            "parent",
-            "time (UTC)",
-            "operation",
-            "+files",
-            "+rows",
-            "+DVs",
-            "+deleted",
-            "writer",
+    return [
+        f"snapshots (newest {min(snapshots, len(m.snapshots))} of {len(m.snapshots)})",
+        *_table(
+            _SNAPSHOT_COLUMNS,
+            [
+                (
+                    str(s.sequence_number),
+                    str(s.snapshot_id),
+                    str(s.parent_snapshot_id or "-"),
+                    _time(s.timestamp_ms),
+                    s.operation,
+                    s.summary.get("added-data-files", "0"),
+                    s.summary.get("added-records", "0"),
+                    s.summary.get("added-delete-files", "0"),
+                    s.summary.get("added-position-deletes", "0"),
+                    s.summary.get("calving.writer-id", ""),
+                )
+                for s in newest
+            ],
         ),
-        [
-            (
-                str(s.sequence_number),
-                str(s.snapshot_id),
-                str(s.parent_snapshot_id or "-"),
-                _time(s.timestamp_ms),
-                s.operation,
-                s.summary.get("added-data-files", "0"),
-                s.summary.get("added-records", "0"),
-                s.summary.get("added-delete-files", "0"),
-                s.summary.get("added-position-deletes", "0"),
-                s.summary.get("calving.writer-id", ""),
-            )
-            for s in newest
-        ],
-    )
+    ]
 
-    live = table.live_files()
+
+def _live_file_lines(live: LiveFiles) -> list[str]:
+    """Totals of the live data files, their deletion vectors and the manifests."""
     rows = sum(e.data_file.record_count for e in live.data.values())
     deleted = sum(e.data_file.record_count for e in live.dvs.values())
     size = sum(e.data_file.file_size_in_bytes for e in live.data.values())
     puffins = {e.data_file.file_path for e in live.dvs.values()}
-    out += [
-        "",
+    return [
         f"live data files  {len(live.data)}   rows {rows}   bytes {size}",
         (
             f"deletion vectors {len(live.dvs)} (in {len(puffins)} Puffin files)   "
@@ -123,9 +178,13 @@ def describe_table(
         ),
         f"manifests        {len(live.manifests)}",
     ]
-    if files:
-        out += ["", "files"]
-        out += _table(
+
+
+def _file_lines(live: LiveFiles) -> list[str]:
+    """Every live data file with its deletion vector (``--files``)."""
+    return [
+        "files",
+        *_table(
             ("data file", "rows", "bytes", "deleted (DV)", "DV blob"),
             [
                 (
@@ -137,11 +196,8 @@ def describe_table(
                 )
                 for path, e in sorted(live.data.items())
             ],
-        )
-    out += ["", *last_pass_lines(read_last_pass(table.io, m))]
-    target = target_file_bytes or default_target_file_bytes(table)
-    out += ["", *health_lines(table_health(table.io, m, table.metadata_location, target))]
-    return "\n".join(out)
+        ),
+    ]
 
 
 def last_pass_lines(record: Mapping[str, Any] | None) -> list[str]:
@@ -186,7 +242,18 @@ def default_target_file_bytes(table: Table) -> int:
 
 def health_lines(h: TableHealth, top: int = 10) -> list[str]:
     """The health section: totals, the ``top`` partitions by file count, the reasons."""
-    out = [
+    return [
+        *_health_totals(h),
+        *_partition_lines(h, top),
+        "",
+        "needs maintenance" if h.needs_maintenance else "no maintenance needed",
+        *(f"  - {reason}" for reason in h.needs_maintenance),
+    ]
+
+
+def _health_totals(h: TableHealth) -> list[str]:
+    """The health figures of the whole table: files, deletes, snapshots, metadata sizes."""
+    return [
         (
             f"health (target file size {h.target_file_bytes:,} bytes "
             f"({_human(h.target_file_bytes)}); small files < {h.small_file_bytes:,} bytes)"
@@ -206,18 +273,23 @@ def health_lines(h: TableHealth, top: int = 10) -> list[str]:
             f"{h.manifest_list_bytes:,} bytes   manifests {h.manifest_bytes:,} bytes"
         ),
     ]
+
+
+def _partition_lines(h: TableHealth, top: int) -> list[str]:
+    """The worst partition's verdict and the ``top`` partitions by file count (none
+    when the table has no partitions with data)."""
     worst = h.worst_partition
-    if worst is not None:
-        verdict = "needs compaction" if worst.needs_compaction else "ok"
-        out.append(
+    if worst is None:
+        return []
+    verdict = "needs compaction" if worst.needs_compaction else "ok"
+    return [
+        (
             f"  worst partition {worst.label}: {worst.data_files:,} files, budget "
             f"{worst.file_budget:,} (ceil(live bytes / target) + 1): {verdict}"
-        )
-        out += [
-            "",
-            f"partitions by file count (top {min(top, len(h.partitions))} of {len(h.partitions)})",
-        ]
-        out += _table(
+        ),
+        "",
+        f"partitions by file count (top {min(top, len(h.partitions))} of {len(h.partitions)})",
+        *_table(
             ("partition", "spec", "files", "small", "bytes", "rows", "DVs", "deleted", "budget"),
             [
                 (
@@ -233,10 +305,8 @@ def health_lines(h: TableHealth, top: int = 10) -> list[str]:
                 )
                 for p in h.partitions[:top]
             ],
-        )
-    out += ["", "needs maintenance" if h.needs_maintenance else "no maintenance needed"]
-    out += [f"  - {reason}" for reason in h.needs_maintenance]
-    return out
+        ),
+    ]
 
 
 def _human(n: int) -> str:

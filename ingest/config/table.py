@@ -222,6 +222,43 @@ def parse_transform_text(text: str) -> tuple[str, Transform]:
 
 
 def parse_table(s: Section) -> TableConfig:
+    """``[table]``, read in stages (each key read, and each error found, in this order):
+    catalog and warehouse, naming, columns and identifier fields, partitioning and
+    properties; then the whole, whose partitioning is checked against declared columns."""
+    catalog, warehouse, rest = _catalog_and_warehouse(s)
+    naming = _naming(s)
+    declared, infer = _declared_columns(s, naming.routed)
+    identifiers, columns = _identifier_columns(s, declared, infer)
+    partition = parse_partition(s)
+    properties = s.passthrough("properties")
+    check_properties(s, properties)
+    config = TableConfig(
+        catalog=catalog,
+        name=naming.name,
+        catalog_name=s.string("catalog_name", "calving") or "calving",
+        warehouse=warehouse,
+        identifier_fields=identifiers,
+        partition=partition,
+        properties=properties,
+        columns=columns,
+        infer_schema=infer,
+        infer_temporal=s.boolean("infer_temporal", True),
+        io=s.passthrough("io"),
+        rest=rest,
+        topic_map=naming.topic_map,
+        name_case=naming.name_case,
+        invalid_characters=naming.invalid_characters,
+        env_keys=s.env_names(),
+    )
+    s.finish()
+    _check_partitioning(s, config)
+    return config
+
+
+def _catalog_and_warehouse(s: Section) -> tuple[str, str | None, RestSettings | None]:
+    """``table.catalog`` and ``table.warehouse``: the catalog URI, the warehouse URI
+    (a filesystem catalog's path; required with a SQL catalog), the REST settings
+    (their warehouse defaults to ``table.warehouse``)."""
     catalog, rest = _catalog(s)
     warehouse = s.string("warehouse", what="a directory or URI such as s3://bucket/warehouse")
     if warehouse is not None:
@@ -235,7 +272,26 @@ def parse_table(s: Section) -> TableConfig:
         s.fail("warehouse", "is required with a SQL catalog (where new tables' files go)")
     if rest is not None and rest.warehouse is None and warehouse is not None:
         rest = replace(rest, warehouse=warehouse)
+    return catalog, warehouse, rest
 
+
+@dataclass(frozen=True)
+class _Naming:
+    """How the stream names its table(s): ``table.name``, ``topic_map``, ``name_case``
+    and ``invalid_characters``."""
+
+    name: str
+    topic_map: dict[str, str]
+    name_case: str
+    invalid_characters: str
+
+    @property
+    def routed(self) -> bool:
+        """A template name or a topic map: many tables, routed per topic."""
+        return "{" in self.name or bool(self.topic_map)
+
+
+def _naming(s: Section) -> _Naming:
     name = s.required_string("name", what='"namespace.table"')
     topic_map = s.passthrough("topic_map")
     for topic, target in topic_map.items():
@@ -256,14 +312,20 @@ def parse_table(s: Section) -> TableConfig:
     if invalid not in ("replace", "error"):
         shown = s.shown(s.key("invalid_characters"), invalid)
         s.fail("invalid_characters", f'expected "replace" or "error", got {shown}')
-    routed = "{" in name or bool(topic_map)
-    if not routed:
+    naming = _Naming(name, topic_map, name_case, invalid)
+    if not naming.routed:
         try:
             check_ident(tuple(name.split(".")))
         except CalvingError:
             s.fail("name", f'expected "namespace.table", got {s.shown(s.key("name"), name)}')
         check_name(s, "name", name, dotted=True)
+    return naming
 
+
+def _declared_columns(s: Section, routed: bool) -> tuple[list[tuple[ColumnConfig, bool]], bool]:
+    """``[[table.columns]]`` (each with whether ``required`` was written) and
+    ``infer_schema``; a routed name takes neither, nor ``identifier_fields`` or
+    ``partition``, and an unrouted one needs one of the two."""
     declared = [_column(c) for c in s.table_list("columns", COLUMN_KEYS)]
     infer = s.boolean("infer_schema", False)
     if routed and (declared or infer):
@@ -284,6 +346,14 @@ def parse_table(s: Section) -> TableConfig:
             "columns",
             "no columns declared; add [[table.columns]] entries or set infer_schema = true",
         )
+    return declared, infer
+
+
+def _identifier_columns(
+    s: Section, declared: Sequence[tuple[ColumnConfig, bool]], infer: bool
+) -> tuple[tuple[str, ...], tuple[ColumnConfig, ...]]:
+    """``identifier_fields`` and the columns, identifier columns required unless written
+    otherwise (which is an error); each identifier a declared column unless inferred."""
     identifiers = s.string_list("identifier_fields") or ()
     columns = tuple(
         replace(c, required=True) if c.name in identifiers and not given else c
@@ -302,35 +372,17 @@ def parse_table(s: Section) -> TableConfig:
             )
     if len(set(identifiers)) != len(identifiers):
         s.fail("identifier_fields", "names a column twice")
+    return identifiers, columns
 
-    partition = parse_partition(s)
-    properties = s.passthrough("properties")
-    check_properties(s, properties)
-    config = TableConfig(
-        catalog=catalog,
-        name=name,
-        catalog_name=s.string("catalog_name", "calving") or "calving",
-        warehouse=warehouse,
-        identifier_fields=identifiers,
-        partition=partition,
-        properties=properties,
-        columns=columns,
-        infer_schema=infer,
-        infer_temporal=s.boolean("infer_temporal", True),
-        io=s.passthrough("io"),
-        rest=rest,
-        topic_map=topic_map,
-        name_case=name_case,
-        invalid_characters=invalid,
-        env_keys=s.env_names(),
-    )
-    s.finish()
-    names = {c.name for c in columns}
-    if columns and (not infer or all(p.column.split(".")[0] in names for p in partition)):
-        # Check now that partition columns and transforms fit the schema; with an
-        # inferred schema and undeclared partition columns this waits for the sample.
+
+def _check_partitioning(s: Section, config: TableConfig) -> None:
+    """Check now that partition columns and transforms fit the schema; with an inferred
+    schema and undeclared partition columns this waits for the sample."""
+    names = {c.name for c in config.columns}
+    if config.columns and (
+        not config.infer_schema or all(p.column.split(".")[0] in names for p in config.partition)
+    ):
         config.partition_spec(_checked_schema(s, config))
-    return config
 
 
 def _catalog_uri(s: Section, name: str = "catalog") -> str:

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import calving
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +66,7 @@ def test_version_is_the_packages_version() -> None:
     assert calving.__version__ == version("calving")
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_cli_runs_from_a_directory_holding_commit_and_ingest_modules(tmp_path: Path) -> None:
     """A user's ``commit.py`` or ``ingest/`` in the working directory used to shadow
     calving's packages and break the CLI."""

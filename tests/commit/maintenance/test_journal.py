@@ -96,6 +96,7 @@ def test_a_file_is_not_written_when_its_journal_entry_cannot_be(
     assert os.path.exists(_path(target))
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_a_dead_runs_leftovers_are_deleted_and_nothing_else(any_catalog, tmp_path) -> None:
     table, expected = _table(any_catalog, "leftovers")
     pid, start = _dead_pid()
@@ -130,6 +131,7 @@ def _check_rows(table: Table, expected: list[dict[str, Any]]) -> None:
     _check(table, expected)
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_live_runs_and_fresh_foreign_journals_are_left_alone(sqlite_catalog) -> None:
     table, _ = _table(sqlite_catalog, "alive")
     me = Owner.current()
@@ -168,6 +170,7 @@ def test_live_runs_and_fresh_foreign_journals_are_left_alone(sqlite_catalog) -> 
         assert os.path.exists(_path(kept)), kept
 
 
+@pytest.mark.integration  # starts a process (tests/support/tiers.py)
 def test_a_killed_unreaped_process_is_dead_and_a_finished_journal_too() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:

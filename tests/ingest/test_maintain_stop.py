@@ -59,7 +59,13 @@ def test_sigterm_in_the_middle_of_a_pass(tmp_path: Path, capsys: pytest.CaptureF
 
     # The next pass finishes the job: every bucket in one file, nothing unreferenced.
     capsys.readouterr()
-    assert main(["maintain", str(config), "--once", "--local"]) == 0
+    unpaused = m.write_config(
+        tmp_path,
+        "unpaused.toml",
+        buckets=BUCKETS,
+        extra='max_commits = 4\ncommit_pause = "0 seconds"',
+    )
+    assert main(["maintain", str(unpaused), "--once", "--local"]) == 0
     table = m.load_table(config)
     assert len(table.live_files().data) == BUCKETS
     on_disk = {str(p) for p in (tmp_path / "warehouse").rglob("*.parquet")}

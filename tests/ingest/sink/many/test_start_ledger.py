@@ -20,7 +20,7 @@ from calving.commit.table.ledger import LedgerClaim, OffsetRange
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.router import TableRouter
 from calving.ingest.config.table import TableConfig
-from calving.ingest.sink.many import sink as many_sink
+from calving.ingest.sink.many import start as many_start
 from calving.ingest.sink.many.sink import LedgerUnreadableError, ManyTablesSink
 from tests.support.tables import make_table, row, write_partitioned
 
@@ -68,7 +68,7 @@ def _ledgered(catalog: SqlCatalog, name: str, end: int) -> None:
 
 @pytest.fixture
 def no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(many_sink, "LOAD_RETRY_DELAYS", (0.01, 0.01))
+    monkeypatch.setattr(many_start, "LOAD_RETRY_DELAYS", (0.01, 0.01))
 
 
 def test_a_table_that_fails_once_at_start_still_holds_the_restart_point(

@@ -1,0 +1,131 @@
+"""Stage 1, route: each topic a batch reads for the first time is routed
+(``calving.ingest.config.router``) and its table loaded or created from its first
+change event (``discover``). What the batches so far routed is kept in ``Routing``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from calving.commit.catalog.base import Catalog
+from calving.commit.io import FileIO
+from calving.commit.table.table import Table
+from calving.ingest.config.format import FormatConfig
+from calving.ingest.config.router import NeedsSource, Route, Skip, TableRouter
+from calving.ingest.config.table import TableConfig
+from calving.ingest.decode.batch import Decoder
+from calving.ingest.kafka.offsets import OffsetRange
+from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.sink.coordinator import Coordinator
+from calving.ingest.sink.many.discover import FirstEvent, first_event, open_routed_table
+from calving.ingest.sink.many.runner import RangeRow
+from calving.ingest.sink.many.transactions import collection_names
+
+log = logging.getLogger("calving.many")
+
+
+@dataclass
+class RoutedTable:
+    table: Table
+    coordinator: Coordinator
+    #: Why the table is stopped (an incompatible source schema change), if it is.
+    stopped: str | None = None
+    decoder: tuple[int, Decoder] | None = None
+    #: Value schemas (``SchemaSeen`` texts) that need no change, with the table schema id
+    #: they were checked against: a steady stream reports the same ones every batch.
+    settled: dict[str, int] = field(default_factory=dict)
+    #: The table's metadata JSON for task plans, with the location it was written from
+    #: (serialized again only when the table changed).
+    serialized: tuple[str, bytes] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.table.name
+
+
+@dataclass
+class Routing:
+    """What the batches so far routed."""
+
+    routes: dict[str, Route | Skip] = field(default_factory=dict)
+    #: Data-collection names (as END markers give them) -> topic, from the source
+    #: blocks of each routed topic's first event.
+    collections: dict[str, str] = field(default_factory=dict)
+    #: Table name -> its table and coordinator.
+    tables: dict[str, RoutedTable] = field(default_factory=dict)
+
+    def table_of(self, topic: str) -> RoutedTable | None:
+        """The table ``topic`` feeds, None if it is not routed (yet) or skipped."""
+        route = self.routes.get(topic)
+        return self.tables.get(route.name) if isinstance(route, Route) else None
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """What routing a new topic needs: the router, the source, and how tables are made."""
+
+    catalog: Catalog
+    io: FileIO
+    router: TableRouter
+    template: TableConfig
+    format: FormatConfig
+    source_options: KafkaSourceOptions
+    writer_id: str
+    index_save_every: int
+
+
+def ranges_by_topic(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:
+    """The batch's range rows as offset ranges per topic, in order."""
+    out: dict[str, list[OffsetRange]] = {}
+    for topic, partition, start, end in rows:
+        out.setdefault(topic, []).append(OffsetRange(topic, partition, start, end))
+    return out
+
+
+def route(spans: Mapping[str, list[OffsetRange]], routing: Routing, d: Discovery) -> None:
+    """Route every topic of ``spans`` not routed yet (into ``routing``); a topic with no
+    change event yet, or none to route by, waits for a later batch."""
+    for topic, ranges in spans.items():
+        if topic in routing.routes:
+            continue
+        found = _outcome(topic, ranges, d)
+        if found is None:
+            continue
+        outcome, event = found
+        routing.routes[topic] = outcome
+        if isinstance(outcome, Skip):
+            log.info("topic %s: skipped (%s)", topic, outcome.reason)
+            continue
+        assert isinstance(outcome, Route) and event is not None
+        for collection in collection_names(event.source):
+            routing.collections.setdefault(collection, topic)
+        if outcome.name not in routing.tables:
+            routing.tables[outcome.name] = _open(outcome, event, d)
+        log.info("topic %s -> table %s", topic, outcome.name)
+
+
+def _outcome(
+    topic: str, ranges: list[OffsetRange], d: Discovery
+) -> tuple[Route | Skip, FirstEvent | None] | None:
+    """The route of ``topic`` with its first change event, None when it must wait."""
+    outcome = d.router.route(topic)
+    event = None
+    if isinstance(outcome, NeedsSource | Route):
+        event = first_event(d.source_options, ranges, d.format.schema_source())
+        if event is None:
+            log.info("topic %s: no change event yet (only tombstones); waiting", topic)
+            return None
+    if isinstance(outcome, NeedsSource):
+        outcome = d.router.route(topic, event.source if event else None)
+        if isinstance(outcome, NeedsSource):
+            log.warning("topic %s: its first event has no source block to route by", topic)
+            return None
+    return outcome, event
+
+
+def _open(outcome: Route, event: FirstEvent, d: Discovery) -> RoutedTable:
+    table = open_routed_table(d.catalog, d.io, outcome, event, d.template, d.format)
+    coordinator = Coordinator(table, d.writer_id, index_save_every=d.index_save_every)
+    return RoutedTable(table, coordinator)

@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "freshness": _lazy("tests.bench.freshness"),
     "many_tables": _lazy("tests.bench.many_tables"),
     "cost": _lazy("tests.bench.cost"),
+    "soak": _lazy("tests.bench.soak"),
 }
 
 

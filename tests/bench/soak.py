@@ -17,7 +17,7 @@ measured when the boundary is seen, a few batches past it while the stream goes 
 Figures: last/first window on commit p50, RSS and metadata bytes (goal <= 1.2x); reads
 against the fresh copy (goal <= 1.3x); storage against it (goal <= 1.5x); CPU-seconds of
 the driver process tree and of the maintain process beside wall time.
-``--quick`` (the default): 500 batches in windows of 100 (about 1 s a batch on a
+``--quick`` (the default): 400 batches in windows of 100 (about 1 s a batch on a
 loaded 2-core machine); ``--full``: 5,000 in
 windows of 500. tests/bench/test_soak.py runs a short one in CI.
 """
@@ -54,10 +54,10 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 
 @dataclass(frozen=True)
 class Params:
-    batches: int = 500
+    batches: int = 400
     window: int = 100
     records_per_batch: int = 40  # max_offsets_per_trigger
-    keys: int = 20_000
+    keys: int = 4_000
     hot_keys: int = 500  # half the changes go to these
     delete_share: float = 0.15
     partitions: int = 2
@@ -71,20 +71,21 @@ class Params:
 
 
 def params(quick: bool) -> Params:
-    return Params() if quick else Params(batches=5_000, window=500)
+    return Params() if quick else Params(batches=5_000, window=500, keys=20_000)
 
 
 # ---------------------------------------------------------------- the change stream
 
 
 def soak_events(p: Params) -> CdcStream:
-    """``p.batches * p.records_per_batch`` Kafka records of keyed CDC: the table is
-    seeded with every key first, then changes follow, half on ``p.hot_keys`` keys; a
+    """Keyed CDC: ``seed_batches(p)`` batches inserting every key, then
+    ``p.batches * p.records_per_batch`` Kafka records of changes, half on ``p.hot_keys`` keys; a
     live key is deleted with ``p.delete_share`` (a delete and its tombstone), a deleted
     key picked again is re-inserted. A key stays on one partition."""
     rng = random.Random(p.seed)
     out = CdcStream()
-    total = p.batches * p.records_per_batch
+    seed_records = seed_batches(p) * p.records_per_batch
+    total = seed_records + p.batches * p.records_per_batch
     n = 0
 
     def upsert(k: int) -> None:
@@ -95,9 +96,8 @@ def soak_events(p: Params) -> CdcStream:
         out.records.append((k % p.partitions, _key(k), json.dumps(value).encode(), None))
         out.final[k] = (k, row["status"], n)
 
-    seed_keys = min(p.keys, total // 4)
-    for k in range(seed_keys):
-        upsert(k)
+    for k in range(seed_records):
+        upsert(k % p.keys)
         n += 1
     while len(out.records) < total:
         k = rng.randrange(p.hot_keys) if rng.random() < 0.5 else rng.randrange(p.keys)
@@ -113,6 +113,11 @@ def soak_events(p: Params) -> CdcStream:
             upsert(k)
         n += 1
     return out
+
+
+def seed_batches(p: Params) -> int:
+    """Batches that insert every key before the changes start (not windowed)."""
+    return -(-p.keys // p.records_per_batch)
 
 
 def _key(k: int) -> bytes:
@@ -462,12 +467,14 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
     stream = soak_events(p)
     log(
         f"{len(stream.records):,} records ({stream.updates:,} updates, {stream.deletes:,} "
-        f"deletes) over {p.keys:,} keys -> ~{p.batches:,} batches of {p.records_per_batch}"
+        f"deletes) over {p.keys:,} keys -> ~{seed_batches(p)} seed batches, then "
+        f"{p.batches:,} of changes, {p.records_per_batch} records each"
     )
     produce(bootstrap, topic, stream.records)
     config = _config(tmp, bootstrap, topic, p)
     r = Result(p, expected_rows=len(stream.final))
     started, reaped = time.monotonic(), _reaped_children_cpu()
+    seed = seed_batches(p)
     proc = m.start(["-v", "run", str(config), "--available-now"], tmp, "stream.log")
     maintain: subprocess.Popen[str] | None = None
     measurer: Measurer | None = None
@@ -487,10 +494,10 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
             ms = sample_tree(maintain.pid)
             if ms is not None:
                 maintain_cpu = ms.cpu_s
-            boundary = (len(r.windows) + 1) * p.window
+            k = len(r.windows)
+            boundary = seed + (k + 1) * p.window
             if len(records) >= boundary:
-                k = len(r.windows)
-                figures = measurer.measure(k, records[k * p.window : boundary])
+                figures = measurer.measure(k, records[seed + k * p.window : boundary])
                 w = Window(
                     index=k + 1,
                     batches=len(records),

@@ -170,7 +170,8 @@ class Driver:
                 self._cond.wait(min(left, 0.5))
             return True
 
-    def wait_ready(self, timeout: float = 120) -> bool:
+    def wait_ready(self, timeout: float = 240) -> bool:
+        # Generous: on a loaded 2-core machine Spark alone took 76 s to start once.
         return self.wait_for(lambda lines: "ready" in lines, timeout)
 
     def release(self) -> None:

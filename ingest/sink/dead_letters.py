@@ -17,9 +17,10 @@ import pyarrow as pa
 
 from calving.commit.errors import CorruptRecordError, Terminal
 from calving.commit.io import FileIO
-from calving.commit.spec.metadata import parse_metadata
+from calving.commit.spec.metadata import parse_metadata, serialize_metadata
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import NestedField, PrimitiveType
+from calving.commit.table.table import Table
 from calving.ingest.config.runtime import DEFAULT_DEAD_LETTER_MAX_BYTES
 from calving.ingest.kafka.producer import Header, Record
 from calving.ingest.sink.messages import (
@@ -84,6 +85,27 @@ class DeadLetterTarget:
     kafka_config: Mapping[str, str] = field(default_factory=dict)
     topic_max_bytes: int = DEFAULT_TOPIC_MAX_BYTES
     already_sent: frozenset[Coordinates] = frozenset()
+
+    @classmethod
+    def of(
+        cls,
+        table: Table | None,
+        topic: str | None,
+        kafka_config: Mapping[str, str],
+        topic_max_bytes: int,
+        already_sent: frozenset[Coordinates] = frozenset(),
+    ) -> DeadLetterTarget:
+        """The target for one write: the dead-letter table as it is now (refreshed)."""
+        if table is not None:
+            table.refresh()
+        return cls(
+            table_metadata_json=serialize_metadata(table.metadata) if table else None,
+            table_metadata_location=table.metadata_location if table else None,
+            topic=topic,
+            kafka_config=kafka_config,
+            topic_max_bytes=topic_max_bytes,
+            already_sent=already_sent,
+        )
 
     @property
     def configured(self) -> bool:

@@ -207,9 +207,6 @@ class CalvingSink:
     def _plan(self, batch_id: int, already_sent: frozenset[Coordinates] = frozenset()) -> TaskPlan:
         ledger = self.coordinator.ledger()  # refreshes the table
         table = self.table
-        dlq = self.coordinator.dead_letter_table
-        if dlq is not None:
-            dlq.refresh()
         return TaskPlan(
             metadata_json=serialize_metadata(table.metadata),
             metadata_location=table.metadata_location,
@@ -217,13 +214,12 @@ class CalvingSink:
             ledger=ledger,
             file_prefix=f"{self.writer_id}-b{batch_id}",
             io_properties=table.io.properties,
-            dead_letters=DeadLetterTarget(
-                table_metadata_json=serialize_metadata(dlq.metadata) if dlq else None,
-                table_metadata_location=dlq.metadata_location if dlq else None,
-                topic=self.dead_letter_topic,
-                kafka_config=self.kafka_config,
-                topic_max_bytes=self.dead_letter_max_bytes,
-                already_sent=already_sent,
+            dead_letters=DeadLetterTarget.of(
+                self.coordinator.dead_letter_table,
+                self.dead_letter_topic,
+                self.kafka_config,
+                self.dead_letter_max_bytes,
+                already_sent,
             ),
         )
 

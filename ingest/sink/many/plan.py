@@ -40,16 +40,12 @@ class Planner:
 
     def dead_letters(self, already_sent: frozenset[Coordinates]) -> DeadLetterTarget:
         """Where this write's dead letters go (the dead-letter table as it is now)."""
-        dlq = self.dead_letter_table
-        if dlq is not None:
-            dlq.refresh()
-        return DeadLetterTarget(
-            table_metadata_json=serialize_metadata(dlq.metadata) if dlq else None,
-            table_metadata_location=dlq.metadata_location if dlq else None,
-            topic=self.dead_letter_topic,
-            kafka_config=self.kafka_config,
-            topic_max_bytes=self.dead_letter_max_bytes,
-            already_sent=already_sent,
+        return DeadLetterTarget.of(
+            self.dead_letter_table,
+            self.dead_letter_topic,
+            self.kafka_config,
+            self.dead_letter_max_bytes,
+            already_sent,
         )
 
     def plans(

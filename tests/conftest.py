@@ -12,6 +12,7 @@ import pytest
 
 from calving.commit.catalog import FilesystemCatalog, SqlCatalog
 from calving.commit.io import FileIO
+from tests.support import timings
 from tests.support.tiers import TierPlugin
 
 if TYPE_CHECKING:
@@ -22,6 +23,15 @@ def pytest_configure(config: pytest.Config) -> None:
     """Tiers: every test marked unit / integration / slow by what it starts, unit tests
     checked to start nothing, the totals per tier at the end (tests/support/tiers.py)."""
     config.pluginmanager.register(TierPlugin(config), "calving-tiers")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, test files longest first by their recorded seconds, so that
+    ``--dist loadfile --no-loadscope-reorder`` hands the long files out first
+    (tests/support/timings.py). Every worker orders the same way, as xdist requires."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        items[:] = timings.longest_first(items, timings.load())
 
 
 @pytest.fixture(scope="session")

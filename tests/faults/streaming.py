@@ -99,6 +99,11 @@ class StreamResult(ScenarioResult):
 # ---------------------------------------------------------------- driver processes
 
 
+def _is_outcome(line: str) -> bool:
+    """A batch line: ``<outcome> <batch> <snapshot> <records>``."""
+    return line.split()[:1] != [] and line.split()[0] in BATCH_OUTCOMES
+
+
 class Driver:
     """One ``tests.faults.spark_driver`` process (its own session: Python, JVM and
     Python workers die together) and the lines it printed."""
@@ -144,7 +149,7 @@ class Driver:
         ``empty``; all three by default), split: ``[outcome, batch, snapshot, records]``."""
         kinds = kinds or BATCH_OUTCOMES
         with self._cond:
-            return [ln.split() for ln in self.lines if ln.split()[:1] and ln.split()[0] in kinds]
+            return [ln.split() for ln in self.lines if _is_outcome(ln) and ln.split()[0] in kinds]
 
     def summary(self) -> str:
         return ", ".join(f"{k} {len(self.outcomes(k))}" for k in BATCH_OUTCOMES)
@@ -435,65 +440,92 @@ def _max_offsets(records: int, batches: int) -> int:
     return max(1, records // batches + 1)
 
 
-def crash_scenario(point: str, size: Size) -> Callable[[StreamHarness], None]:
-    """The driver dies at ``point`` in the batch after its first committed one; a warm
-    standby restarts on the same checkpoint and drains."""
+def crash_scenario(points: tuple[str, ...], size: Size) -> Callable[[StreamHarness], None]:
+    """The driver dies at ``points[0]`` in the batch after its first committed one; a
+    warm standby restarts on the same checkpoint. With more points the restart is armed
+    with the next one and dies the same way (a chain: one broker, one topic and one
+    driver start per point instead of a whole scenario per point); the last restart
+    drains. Every restart must begin with the batch its predecessor was cut in."""
 
     def body(h: StreamHarness) -> None:
         topic = h.topic(size.partitions)
         cdc = size.stream()
         ends = _ends(topic, h.produce(topic, cdc.records))
         ckpt = h.dir / "checkpoint"
-        per_batch = _max_offsets(len(cdc.records), 4)
-        armed = h.driver(
-            "armed", topic, ckpt, max_offsets=per_batch, faults=f"{point}=kill", arm_after=1
+        # Each kill uses up to two batches (one committed, one cut); two more drain.
+        per_batch = _max_offsets(len(cdc.records), 2 * len(points) + 2)
+        current = h.driver(
+            "armed", topic, ckpt, max_offsets=per_batch, faults=f"{points[0]}=kill", arm_after=1
         )
-        h.started(armed)
-        restart = h.driver(
-            "restart", topic, ckpt, max_offsets=per_batch, available_now=True, standby=True
-        )
-        code = armed.wait()
-        if code != -signal.SIGKILL:
-            h.violations.append(
-                Violation(
-                    "harness",
-                    f"the driver armed with {point}=kill exited {code} instead of dying at "
-                    f"the fault point: {armed.tail()}",
-                )
+        h.started(current)
+        for k, point in enumerate(points):
+            following = points[k + 1] if k + 1 < len(points) else None
+            armed: dict[str, Any] = (
+                {"faults": f"{following}=kill", "arm_after": 1}
+                if following
+                else {"available_now": True}
             )
-        else:
-            h.crashed(point)
-        committed = armed.outcomes("committed")
-        h.result.notes.append(f"killed at {point} after {len(committed)} committed batch(es)")
-        if not restart.wait_ready():
-            h.violations.append(Violation("harness", f"standby never ready: {restart.tail()}"))
-            return
-        h.release(restart)
-        h.expect_drained(restart)
-        first = restart.outcomes()[:1]
-        h.result.notes.append(
-            f"restart: {restart.summary()}"
-            + (f"; its first batch ({first[0][1]}) {first[0][0]}" if first else "")
-        )
-        # Spark re-runs the interrupted batch: a commit cut off before the swap is made
-        # again; one that landed is a replay the sink drops (records below the ledger).
-        landed = point in LANDED_POINTS
-        interrupted = str(len(committed))
-        if not first or first[0][1] != interrupted:
-            h.violations.append(
-                Violation("replay", f"the restart did not begin with batch {interrupted}")
-            )
-        elif landed != (first[0][0] != "committed"):
-            h.violations.append(
-                Violation(
-                    "replay",
-                    f"the interrupted batch {interrupted} (cut at {point}) was "
-                    f"{first[0][0]} on the restart",
-                )
-            )
+            label = "restart" if len(points) == 1 else f"restart-{k + 1}"
+            restart = h.driver(label, topic, ckpt, max_offsets=per_batch, standby=True, **armed)
+            if not _killed_then_resumed(h, current, point, restart):
+                return
+            current = restart
+        h.expect_drained(current)
         h.check(cdc.expected, ends)
 
     return body
+
+
+def _killed_then_resumed(h: StreamHarness, armed: Driver, point: str, restart: Driver) -> bool:
+    """``armed`` died at ``point``; ``restart`` (a standby) is released and must begin
+    with the interrupted batch: made again if the cut came before the swap, dropped as
+    a replay if the commit had landed. False when the scenario cannot go on."""
+    code = armed.wait()
+    if code != -signal.SIGKILL:
+        h.violations.append(
+            Violation(
+                "harness",
+                f"the driver armed with {point}=kill exited {code} instead of dying at "
+                f"the fault point: {armed.tail()}",
+            )
+        )
+    else:
+        h.crashed(point)
+    seen = armed.outcomes()
+    committed = armed.outcomes("committed")
+    h.result.notes.append(f"killed at {point} after {len(committed)} committed batch(es)")
+    if not restart.wait_ready():
+        h.violations.append(Violation("harness", f"standby never ready: {restart.tail()}"))
+        return False
+    h.release(restart)
+    if restart.cfg.available_now:
+        h.expect_drained(restart)
+    else:
+        restart.wait_for(lambda lines: any(_is_outcome(ln) for ln in lines), DRIVER_TIMEOUT_S)
+    first = restart.outcomes()[:1]
+    # A drained restart's whole run; a chain's next link is still running.
+    done = f"{restart.summary()}; " if restart.cfg.available_now else ""
+    h.result.notes.append(
+        f"restart after {point}: {done}"
+        + (f"its first batch ({first[0][1]}) {first[0][0]}" if first else "no batch")
+    )
+    # Spark re-runs the interrupted batch: a commit cut off before the swap is made
+    # again; one that landed is a replay the sink drops (records below the ledger).
+    landed = point in LANDED_POINTS
+    interrupted = str(int(seen[-1][1]) + 1) if seen else "0"
+    if not first or first[0][1] != interrupted:
+        h.violations.append(
+            Violation("replay", f"the restart after {point} did not begin with batch {interrupted}")
+        )
+    elif landed != (first[0][0] != "committed"):
+        h.violations.append(
+            Violation(
+                "replay",
+                f"the interrupted batch {interrupted} (cut at {point}) was "
+                f"{first[0][0]} on the restart",
+            )
+        )
+    return True
 
 
 def broker_pause_scenario(
@@ -778,18 +810,29 @@ def broken_scenario(mutation: str, size: Size) -> Callable[[StreamHarness], None
 
 # ---------------------------------------------------------------- registration
 
-QUICK_POINTS = {"after-manifest-list", "before-swap", "after-swap", "after-swap-before-checkpoint"}
+#: The crash points CI kills a one-table stream at, in one chained scenario (one
+#: broker, one topic, a driver start per point); --full also runs each on its own.
+QUICK_CHAIN = ("after-manifest-list", "before-swap", "after-swap", "after-swap-before-checkpoint")
+QUICK_POINTS = set(QUICK_CHAIN)
 
 for _point in POINTS:
     register(
         Scenario(
             f"stream-crash/{_point}",
             "stream-crash",
-            _with_broker(crash_scenario(_point, QUICK_SIZE)),
-            quick=_point in QUICK_POINTS,
+            _with_broker(crash_scenario((_point,), QUICK_SIZE)),
             needs=NEEDS,
         )
     )
+register(
+    Scenario(
+        "stream-crash/" + "+".join(QUICK_CHAIN),
+        "stream-crash",
+        _with_broker(crash_scenario(QUICK_CHAIN, QUICK_SIZE)),
+        quick=True,
+        needs=NEEDS,
+    )
+)
 # The shuffle path (records through Spark, repartitioned by key) keeps a crash, a
 # re-split replay and the broken build in the CI subset.
 for _point in ("before-swap", "after-swap-before-checkpoint"):
@@ -797,7 +840,7 @@ for _point in ("before-swap", "after-swap-before-checkpoint"):
         Scenario(
             f"stream-crash/{_point}/shuffle",
             "stream-crash",
-            _with_broker(crash_scenario(_point, QUICK_SIZE), path="shuffle"),
+            _with_broker(crash_scenario((_point,), QUICK_SIZE), path="shuffle"),
             quick=_point == "before-swap",
             needs=NEEDS,
         )
@@ -816,7 +859,7 @@ for _point in ("before-swap", "after-swap-before-checkpoint"):
         Scenario(
             f"stream-crash/{_point}/large",
             "stream-crash",
-            _with_broker(crash_scenario(_point, FULL_SIZE)),
+            _with_broker(crash_scenario((_point,), FULL_SIZE)),
             slow=True,
             needs=NEEDS,
         )

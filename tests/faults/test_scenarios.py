@@ -43,7 +43,7 @@ def test_every_streaming_family_is_in_the_ci_subset() -> None:
 
     families = {s.family for s in QUICK}
     assert {"stream-crash", "broker-pause", "same-writer-id", "resplit"} <= families
-    crashed = {s.name.split("/")[1] for s in QUICK if s.family == "stream-crash"}
+    crashed = {p for s in QUICK if s.family == "stream-crash" for p in _points(s)}
     assert crashed == QUICK_POINTS
     assert {"after-manifest-list", "before-swap", "after-swap"} <= crashed
     assert "after-swap-before-checkpoint" in crashed
@@ -51,6 +51,23 @@ def test_every_streaming_family_is_in_the_ci_subset() -> None:
     assert any(n.endswith("short-timeouts") for n in paused) and len(paused) >= 2
     every = {s.name.split("/")[1] for s in selected("full") if s.family == "stream-crash"}
     assert set(POINTS) <= every
+
+
+def _points(s: Scenario) -> list[str]:
+    """The crash points of ``family/point[+point...][/variant]``."""
+    return s.name.split("/")[1].split("+")
+
+
+def test_many_table_drivers_die_at_five_points_on_both_catalogs_in_the_ci_subset() -> None:
+    from tests.faults.many_tables import POINTS
+
+    crashed = {
+        (p, s.name.rsplit("/", 1)[1]) for s in QUICK if s.family == "many-crash" for p in _points(s)
+    }
+    assert {kind for _, kind in crashed} == {"sqlite", "postgres"}
+    assert len({p for p, _ in crashed}) == 5 and {p for p, _ in crashed} <= set(POINTS)
+    every = {s.name for s in selected("full") if s.family == "many-crash"}
+    assert {f"many-crash/{p}/{k}" for p in POINTS for k in ("sqlite", "postgres")} <= every
 
 
 def test_every_crash_point_and_catalog_kills_a_maintenance_pass_in_the_ci_subset() -> None:

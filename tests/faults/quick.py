@@ -30,7 +30,8 @@ def shard_of(s: Scenario) -> str:
 
 
 def _param(s: Scenario) -> object:
-    marks = [pytest.mark.slow] if s.slow else []
+    # A scenario of a Spark shard starts two or more Spark drivers: 30-70 s each.
+    marks = [pytest.mark.slow] if s.slow or shard_of(s) != "commit" else []
     if "postgres" in s.needs:
         marks.append(pytest.mark.postgres)
     # In CI a missing piece must fail the scenario, never hide it behind a skip.

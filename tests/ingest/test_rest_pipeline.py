@@ -100,6 +100,7 @@ def _through_rest(endpoint: str, name: str) -> dict[str, list[tuple[Any, ...]]]:
     return {"pyiceberg": rows, "duckdb": duck, "datafusion": datafusion_rows(location, COLUMNS)}
 
 
+@pytest.mark.slow  # 30-50 s: a Spark streaming query per case
 def test_cdc_pipeline_through_the_rest_server(served, spark, broker, make_topic, tmp_path):
     topic = make_topic(partitions=2)
     stream = cdc_events(keys=200, events=1500, partitions=2, seed=5)

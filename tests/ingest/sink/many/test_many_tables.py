@@ -54,6 +54,7 @@ def _rows(table: Table) -> list[dict]:
     return data.to_pylist()
 
 
+@pytest.mark.slow  # 30-50 s: a Spark streaming query per case
 @pytest.mark.parametrize("fmt", ["json", "avro"])
 def test_a_database_replicates_into_tables_created_and_evolved_on_the_fly(
     fmt, spark, broker, sqlite_catalog, tmp_path

@@ -113,6 +113,7 @@ def _replicate(
     return checker, pipeline.sink
 
 
+@pytest.mark.slow  # 30-50 s: a Spark streaming query per case
 @pytest.mark.parametrize(
     ("marker_topic", "topic_prefix"),
     [

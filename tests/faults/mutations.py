@@ -90,12 +90,22 @@ def _per_table_swaps() -> None:
     ManyTablesSink._swap = swap  # type: ignore[method-assign]  # a mutation: the harness must catch this broken rule
 
 
+def _count_maintenance_losses() -> None:
+    """The stream's priority rule is gone: a swap lost to a maintenance commit counts
+    against ``commit.retry.num-retries`` like a loss to a writer that adds data, so a
+    stream with few retries fails beside maintenance."""
+    from calving.commit.table import attempt
+
+    attempt.lost_only_to_yielding = lambda before, after: False  # type: ignore[assignment]  # the broken build replaces the rule
+
+
 MUTATIONS: dict[str, Callable[[], None]] = {
     "skip-ledger": _skip_ledger,
     "forget-dv": _forget_dv,
     "skip-carry-over": _skip_carry_over,
     "forget-journal": _forget_journal,
     "per-table-swaps": _per_table_swaps,
+    "count-maintenance-losses": _count_maintenance_losses,
 }
 
 

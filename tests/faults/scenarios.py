@@ -539,4 +539,4 @@ register(
 
 # Streaming families (Spark drivers against the embedded broker) and maintenance passes
 # beside the writers (killed at commit points; the carry-over) register themselves.
-from tests.faults import maintenance, many_tables, streaming  # noqa: F401
+from tests.faults import maintenance, maintenance_matrix, many_tables, streaming  # noqa: F401

@@ -83,6 +83,21 @@ def test_every_crash_point_and_catalog_kills_a_maintenance_pass_in_the_ci_subset
     assert len(every) == len(POINTS) * len(KINDS)
 
 
+def test_the_maintenance_matrix_covers_every_shape_cadence_and_catalog() -> None:
+    from tests.faults.maintenance_matrix import CADENCES, CATALOGS, SHAPES
+
+    cells = [s.name.split("/")[1:] for s in selected("full") if s.family == "maintenance-matrix"]
+    assert {(shape, cadence) for shape, cadence, kind in cells if kind == "sqlite"} == {
+        (shape, cadence) for shape in SHAPES for cadence in CADENCES
+    }
+    assert {(shape, kind) for shape, cadence, kind in cells if cadence == "2s"} == {
+        (shape, kind) for shape in SHAPES for kind in CATALOGS
+    }
+    assert {"0.5s", "2s", "5s", "inline"} <= set(CADENCES) and len(SHAPES) >= 5
+    broken = [s for s in selected("full") if s.name == "broken/maintenance-matrix-counted"]
+    assert broken and broken[0].expect_violations
+
+
 def test_the_rest_path_is_in_the_ci_subset() -> None:
     from tests.faults.catalogs import REST_KINDS
 

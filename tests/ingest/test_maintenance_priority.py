@@ -14,16 +14,14 @@ model. Then ``calving table show`` tells when the last pass ran and what it left
 
 from __future__ import annotations
 
-import json
-import random
 import signal
 import time
-from typing import Any
 
 import pytest
 
 from calving.ingest.cli import main
 from calving.ingest.kafka.producer import produce
+from tests.faults.maintenance_matrix import SHAPES, cdc_events, passes
 from tests.ingest.test_maintenance_acceptance import _wait_for_batches, _wait_for_table
 from tests.support import maintenance_acceptance as m
 from tests.support.oracles import ALL_READERS
@@ -53,6 +51,7 @@ columns = [
   {{ name = "id", type = "long", required = true }},
   {{ name = "name", type = "string" }},
   {{ name = "version", type = "long" }},
+  {{ name = "ts", type = "timestamptz" }},
 ]
 properties = {{ "commit.retry.num-retries" = "0" }}
 
@@ -71,48 +70,11 @@ snapshot_retention_age = "1 hour"
 """
 
 
-def _events(keys: int, events: int, partitions: int, seed: int) -> tuple[list[Any], dict]:
-    """Debezium change events (creates, updates, deletes with tombstones) of rows whose
-    ``name`` starts with one of ~60 prefixes; the model's final state."""
-    rng = random.Random(seed)
-    prefixes = [a + b + "x" + c for a in "abcd" for b in "efgh" for c in "ij"]
-    prefixes += [p[:3] + "z" for p in prefixes[:28]]
-    final: dict[int, tuple[int, str, int]] = {}
-    records: list[Any] = []
-    for n in range(events):
-        k = rng.randrange(keys)
-        key = json.dumps({"id": k}).encode()
-        part = k % partitions
-        if k in final and rng.random() < 0.2:
-            _, name, version = final.pop(k)
-            before = {"id": k, "name": name, "version": version}
-            value = {"before": before, "after": None, "op": "d", "ts_ms": n}
-            records += [(part, key, json.dumps(value).encode(), None), (part, key, None, None)]
-            continue
-        name = final[k][1] if k in final else rng.choice(prefixes) + f"-{k}"
-        row = {"id": k, "name": name, "version": n}
-        value = {"before": None, "after": row, "op": "u" if k in final else "c", "ts_ms": n}
-        records.append((part, key, json.dumps(value).encode(), None))
-        final[k] = (k, name, n)
-    return records, final
-
-
-def _passes(lines: list[str]) -> list[dict[str, Any]]:
-    """The JSON line ``calving maintain`` prints after each pass."""
-    out = []
-    for line in lines:
-        if line.startswith("{"):
-            record = json.loads(line)
-            if record.get("event") == "maintenance":
-                out.append(record)
-    return out
-
-
 def test_stream_beside_maintain_every_2s_on_bucket_x_truncate(
     broker, make_topic, tmp_path, capsys
 ) -> None:
     topic = make_topic(partitions=2)
-    records, final = _events(keys=2500, events=9000, partitions=2, seed=20)
+    records, final = cdc_events(SHAPES["bucket-x-truncate"])
     produce(broker.bootstrap_servers, topic, records)
     config = tmp_path / "pipeline.toml"
     config.write_text(
@@ -142,11 +104,11 @@ def test_stream_beside_maintain_every_2s_on_bucket_x_truncate(
 
     batches = m.batch_records(log)
     assert batches and not [b for b in batches if b["outcome"] == "failed"]
-    passes = _passes(lines)
-    assert len(passes) >= 2, lines[-40:]
-    assert [p for p in passes if not p["ok"] or p["groups_failed"]] == []
-    assert max(p["commits"] for p in passes) <= MAX_COMMITS + 3  # waves + manifests/expiry
-    compacted = sum(p["groups_committed"] for p in passes)
+    done = passes(lines)
+    assert len(done) >= 2, lines[-40:]
+    assert [p for p in done if not p["ok"] or p["groups_failed"]] == []
+    assert max(p["commits"] for p in done) <= MAX_COMMITS + 3  # waves + manifests/expiry
+    compacted = sum(p["groups_committed"] for p in done)
     assert compacted >= 1, lines[-40:]
 
     table = m.load_table(config)
@@ -162,8 +124,8 @@ def test_stream_beside_maintain_every_2s_on_bucket_x_truncate(
     assert "last maintenance pass" in shown and "none recorded" not in shown
     yielded = sum(b.get("swaps_lost_to_maintenance", 0) for b in batches)
     print(
-        f"\n{len(batches)} batches, {len(passes)} passes, {compacted} groups compacted in "
-        f"{sum(p['commits'] for p in passes)} commits, {len(partitions)} partitions, "
+        f"\n{len(batches)} batches, {len(done)} passes, {compacted} groups compacted in "
+        f"{sum(p['commits'] for p in done)} commits, {len(partitions)} partitions, "
         f"{len(expected)} rows; stream swaps lost to maintenance (not counted): {yielded}; "
-        f"groups given up: {sum(p['groups_given_up'] for p in passes)}"
+        f"groups given up: {sum(p['groups_given_up'] for p in done)}"
     )

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
-from calving.commit.errors import CalvingError, UnsupportedFeatureError
+from calving.commit.errors import CalvingError, RetriesExhaustedError, UnsupportedFeatureError
 from calving.commit.io import FileIO
 from calving.commit.maintenance import compaction, journal, orphans
 from calving.commit.maintenance.column_stats import collect_statistics
@@ -66,6 +66,11 @@ PASS_FIELDS: dict[str, str] = {
 }
 
 Figures = dict[str, int | float]
+
+
+#: ``JobResult.skipped`` of a job whose commit lost every swap it tried (to the stream or
+#: another writer): maintenance yields, and the job runs again next pass.
+YIELDED = "yielded: lost the catalog swap to a concurrent commit; runs again next pass"
 
 
 @dataclass
@@ -287,6 +292,11 @@ def _run_job(
     except JobFailed as err:
         log.warning("maintenance job %s on %s: %s", job.name, table.name, err)
         result.figures, result.error = err.figures, str(err)
+    except RetriesExhaustedError as err:
+        # Every try lost the swap cleanly (nothing of the job landed): maintenance yields
+        # to the writers that won, and the job runs again next pass. Not a failure.
+        log.info("maintenance job %s on %s yielded: %s", job.name, table.name, err)
+        result.skipped = YIELDED
     except CalvingError as err:
         log.warning("maintenance job %s on %s failed: %s", job.name, table.name, err)
         result.error = f"{type(err).__name__}: {err}"

@@ -100,12 +100,18 @@ def cdc_events(
     return records, final
 
 
+METRICS_PREFIX = "calving.metrics: "
+
+
 def passes(lines: list[str]) -> list[dict[str, Any]]:
-    """The JSON line ``calving maintain`` prints after each pass."""
+    """The JSON record of each maintenance pass: the line ``calving maintain`` prints, or
+    the stream's ``calving.metrics`` log line of an inline pass."""
     out = []
     for line in lines:
-        if line.startswith("{"):
-            record = json.loads(line)
+        at = line.find(METRICS_PREFIX + "{")
+        text = line if line.startswith("{") else line[at + len(METRICS_PREFIX) :] if at >= 0 else ""
+        if text:
+            record = json.loads(text)
             if record.get("event") == "maintenance":
                 out.append(record)
     return out
@@ -255,7 +261,7 @@ def _run_cell(
             Violation("stream", f"stream exited {code}, {len(failed)} failed: {log[-1500:]}")
         )
     lines = (tmp / "m.log").read_text().splitlines() if every else []
-    lines += [ln for ln in log.splitlines() if ln.startswith("{")]
+    lines += log.splitlines()
     done = passes(lines)
     bad = [p for p in done if not p.get("ok", True) or p.get("groups_failed")]
     if bad:

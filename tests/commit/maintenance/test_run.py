@@ -166,3 +166,47 @@ def test_statistics_wait_for_their_interval_even_after_their_snapshot_expired(
     )
     third = run_maintenance(table, always, rewriter).job("statistics")
     assert third is not None and third.figures["columns"] == 4
+
+
+def test_a_job_that_loses_its_swap_to_a_writer_yields_and_the_pass_is_ok(
+    sqlite_catalog, monkeypatch
+) -> None:
+    """The matrix's identity-string cells found it: with commit.retry.num-retries = 0 a
+    manifest rewrite that lost its one swap to the stream failed the pass. A clean loss
+    is the stream's priority at work: the job yields (nothing of it landed) and the next
+    pass runs it again."""
+    from calving.commit.maintenance import run as run_module
+    from calving.commit.table.actions.fast_append import FastAppend
+    from tests.support.tables import row, write_partitioned
+
+    spec = spec_builder(EVENTS, fields=[("region", IDENTITY)])
+    table = make_table(
+        sqlite_catalog, "yield", spec=spec, properties={"commit.retry.num-retries": "0"}
+    )
+    expected = _stream(table, 10)
+    original = run_module.RewriteManifestsJob.run
+    catalog = table.catalog
+    swap = catalog.commit_metadata
+
+    def stream_commits_first(*args: Any, **kwargs: Any) -> Any:
+        # The stream wins the swap the manifest rewrite was about to make.
+        catalog.commit_metadata = swap  # type: ignore[method-assign]  # once, then the real swap
+        writer = Table.load(sqlite_catalog, ("db", "yield"))
+        rows = [row(10_000 + i, region="eu") for i in range(3)]
+        writer.commit_or_raise(FastAppend(tuple(f for f, _ in write_partitioned(writer, rows))))
+        expected.extend(rows)
+        return swap(*args, **kwargs)
+
+    def racing(self: Any, ctx: Any) -> Any:
+        catalog.commit_metadata = stream_commits_first  # type: ignore[method-assign]  # the race
+        try:
+            return original(self, ctx)
+        finally:
+            catalog.commit_metadata = swap  # type: ignore[method-assign]  # restored
+
+    monkeypatch.setattr(run_module.RewriteManifestsJob, "run", racing)
+    report = run_maintenance(table, POLICY, local_rewrite(table.io, TARGET))
+    job = report.job("rewrite-manifests")
+    assert job is not None and job.skipped == run_module.YIELDED and job.error is None
+    assert report.ok, [j.line() for j in report.jobs]
+    _check(table.refresh(), expected)

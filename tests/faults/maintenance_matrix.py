@@ -16,8 +16,9 @@ hundreds of partitions of a few rows); ``day-late`` (``day(ts)``, 15% of events 
 Required: the stream exits 0 with no failed batch; maintenance exits 0 and no pass
 failed (a group given up is allowed); pyiceberg, DuckDB and pyiceberg-core equal the
 model. Every cell is in ``--full``: every shape at every cadence on SQLite, every shape
-at 2 s on PostgreSQL and through the REST catalog. CI runs the bucket x truncate cell at
-2 s on SQLite as tests/ingest/test_maintenance_priority.py.
+at 2 s on PostgreSQL and through the REST catalog. CI runs ``QUICK_CELLS`` and the broken
+build, and the bucket x truncate cell at 2 s on SQLite as
+tests/ingest/test_maintenance_priority.py.
 """
 
 from __future__ import annotations
@@ -121,7 +122,7 @@ CONFIG = """
 [source]
 bootstrap_servers = "{bootstrap}"
 topics = ["{topic}"]
-max_offsets_per_trigger = 600
+max_offsets_per_trigger = {max_offsets}
 
 [format]
 type = "debezium-json"
@@ -159,8 +160,16 @@ snapshot_retention_age = "1 hour"
 
 
 def write_config(
-    tmp: Path, shape: Shape, cadence: str, catalog: str, pg_url: str | None, bootstrap: str
+    tmp: Path,
+    shape: Shape,
+    cadence: str,
+    catalog: str,
+    pg_url: str | None,
+    bootstrap: str,
+    topic: str = "items",
+    max_offsets: int = 600,
 ) -> Path:
+    """The cell's pipeline TOML in ``tmp`` (and its catalog, empty)."""
     spec = make_spec(catalog, tmp, pg_url)
     rest = catalog.startswith("rest-")
     inline = 'inline = true\ninline_interval = "2 seconds"\ninline_budget = "2 seconds"'
@@ -168,7 +177,8 @@ def write_config(
     path.write_text(
         CONFIG.format(
             bootstrap=bootstrap,
-            topic="items",
+            topic=topic,
+            max_offsets=max_offsets,
             catalog=("rest+" + spec.uri) if rest else spec.uri,
             catalog_name=spec.name,
             warehouse="" if rest else f'warehouse = "{spec.warehouse}"',
@@ -289,6 +299,17 @@ def _check_rows(config: Path, expected: list[tuple[int, str, int]], result: Any)
             result.violations.append(Violation("rows", f"{name} differs from the model"))
 
 
+#: The cells CI runs (tests/faults/test_maintenance_scenarios.py): every shape, cadence
+#: and catalog at least once (bucket x truncate at 2 s on SQLite is
+#: tests/ingest/test_maintenance_priority.py), about 30 s each here.
+QUICK_CELLS = {
+    "identity-string/2s/postgres",
+    "day-late/2s/rest-sqlite",
+    "hot-keys/0.5s/sqlite",
+    "unpartitioned/inline/sqlite",
+    "unpartitioned/5s/sqlite",
+}
+
 for _shape in SHAPES:
     for _cadence in CADENCES:
         for _catalog in CATALOGS:
@@ -299,6 +320,7 @@ for _shape in SHAPES:
                     f"maintenance-matrix/{_shape}/{_cadence}/{_catalog}",
                     "maintenance-matrix",
                     matrix_scenario(_shape, _cadence, _catalog),
+                    quick=f"{_shape}/{_cadence}/{_catalog}" in QUICK_CELLS,
                     slow=True,
                     needs=NEEDS | ({"postgres"} if "postgres" in _catalog else set()),
                 )
@@ -308,6 +330,7 @@ register(
         "broken/maintenance-matrix-counted",
         "broken",
         matrix_scenario("bucket-x-truncate", "0.5s", "sqlite", mutation="count-maintenance-losses"),
+        quick=True,
         slow=True,
         needs=NEEDS,
         expect_violations=True,

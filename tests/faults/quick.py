@@ -1,7 +1,8 @@
 """The fault scenarios CI runs, shared by the test files that run them: the quick subset
 of every family (``selected("quick")``), split into shards by what a scenario starts so
 that pytest-xdist (``--dist loadfile``) spreads them over its workers: ``many`` (Spark
-drivers of many-table pipelines), ``stream`` (Spark drivers of one-table streams) and
+drivers of many-table pipelines), ``stream`` (Spark drivers of one-table streams),
+``maintenance`` (the hostile-shape matrix: ``calving run`` beside maintenance) and
 ``commit`` (writer processes on the commit layer, maintenance passes). Every scenario is
 in exactly one shard (tests/faults/test_scenarios.py checks it)."""
 
@@ -16,7 +17,7 @@ from tests.faults.streaming import stream_available
 
 QUICK = selected("quick")
 
-SHARDS = ("many", "stream", "commit")
+SHARDS = ("many", "stream", "maintenance", "commit")
 _STREAM_FAMILIES = {"stream-crash", "broker-pause", "same-writer-id", "resplit"}
 
 
@@ -26,6 +27,8 @@ def shard_of(s: Scenario) -> str:
         return "many"
     if s.family in _STREAM_FAMILIES or s.name.startswith("broken/stream-"):
         return "stream"
+    if s.family == "maintenance-matrix" or s.name.startswith("broken/maintenance-matrix"):
+        return "maintenance"
     return "commit"
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from calving.ingest.cli import main
 from calving.ingest.kafka.producer import produce
-from tests.faults.maintenance_matrix import SHAPES, cdc_events, passes
+from tests.faults.maintenance_matrix import SHAPES, cdc_events, passes, write_config
 from tests.ingest.test_maintenance_acceptance import _wait_for_batches, _wait_for_table
 from tests.support import maintenance_acceptance as m
 from tests.support.oracles import ALL_READERS
@@ -29,45 +29,7 @@ from tests.support.oracles import ALL_READERS
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 COLUMNS = ["id", "name", "version"]
-MAX_COMMITS = 10
-
-CONFIG = """
-[source]
-bootstrap_servers = "{bootstrap}"
-topics = ["{topic}"]
-max_offsets_per_trigger = 1500
-
-[format]
-type = "debezium-json"
-key_format = "json"
-
-[table]
-catalog = "sqlite:///{tmp}/catalog.db"
-warehouse = "{tmp}/warehouse"
-name = "inv.items"
-identifier_fields = ["id"]
-partition = ["bucket(8, id)", "truncate(4, name)"]
-columns = [
-  {{ name = "id", type = "long", required = true }},
-  {{ name = "name", type = "string" }},
-  {{ name = "version", type = "long" }},
-  {{ name = "ts", type = "timestamptz" }},
-]
-properties = {{ "commit.retry.num-retries" = "0" }}
-
-[sink]
-writer_id = "items"
-checkpoint = "{tmp}/checkpoint"
-trigger_interval = "200 milliseconds"
-
-[maintenance]
-rewrite_on = "local"
-target_file_size_bytes = 65536
-min_input_files = 2
-max_commits = {max_commits}
-snapshot_retention_count = 20
-snapshot_retention_age = "1 hour"
-"""
+MAX_COMMITS = 10  # the [maintenance] max_commits the matrix's config sets
 
 
 def test_stream_beside_maintain_every_2s_on_bucket_x_truncate(
@@ -76,11 +38,15 @@ def test_stream_beside_maintain_every_2s_on_bucket_x_truncate(
     topic = make_topic(partitions=2)
     records, final = cdc_events(SHAPES["bucket-x-truncate"])
     produce(broker.bootstrap_servers, topic, records)
-    config = tmp_path / "pipeline.toml"
-    config.write_text(
-        CONFIG.format(
-            bootstrap=broker.bootstrap_servers, topic=topic, tmp=tmp_path, max_commits=MAX_COMMITS
-        )
+    config = write_config(
+        tmp_path,
+        SHAPES["bucket-x-truncate"],
+        "2s",
+        "sqlite",
+        None,
+        broker.bootstrap_servers,
+        topic=topic,
+        max_offsets=1500,
     )
 
     stream = m.start(["-v", "run", str(config), "--available-now"], tmp_path, "stream.log")

@@ -218,37 +218,20 @@ def matrix_scenario(shape_name: str, cadence: str, catalog: str, mutation: str =
     return run
 
 
-def _start(args: list[str], tmp: Path, log_name: str, mutation: str = "") -> Any:
-    """``calving ARGS`` as a process (``mutation``: a broken build of it), output to
-    ``tmp/log_name``."""
-    import sys
-
-    from tests.faults.mutations import MUTATION_ENV
-    from tests.ingest.test_cli_errors import cli_env
-
-    env = cli_env(**({MUTATION_ENV: mutation} if mutation else {}))
-    module = "tests.faults.mutated_cli" if mutation else "calving.ingest.cli"
-    log = open(tmp / log_name, "w")  # noqa: SIM115 -- the child writes it
-    return subprocess.Popen(
-        [sys.executable, "-m", module, *args],
-        stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp,
-    )  # fmt: skip
-
-
 def _run_cell(
     config: Path, every: str, tmp: Path, result: StreamResult, mutation: str = ""
 ) -> None:
-    """The stream beside maintenance; violations for a failed stream or pass."""
+    """The stream beside maintenance, then ``_judge`` of what both printed."""
     from tests.ingest.test_maintenance_acceptance import _wait_for_batches, _wait_for_table
     from tests.support import maintenance_acceptance as m
 
-    stream = _start(["-v", "run", str(config), "--available-now"], tmp, "stream.log", mutation)
+    stream = m.start(["-v", "run", str(config), "--available-now"], tmp, "stream.log", mutation)
     maintain: subprocess.Popen[str] | None = None
     result.runs += 1
     try:
         _wait_for_table(config, stream, tmp / "stream.log", limit=240)
         if every:
-            maintain = _start(["maintain", str(config), "--every", every, "--local"], tmp, "m.log")
+            maintain = m.start(["maintain", str(config), "--every", every, "--local"], tmp, "m.log")
             result.runs += 1
         _wait_for_batches(tmp / "stream.log", stream, batches=2)
         code = stream.wait(timeout=STREAM_TIMEOUT_S)
@@ -263,6 +246,14 @@ def _run_cell(
         for proc in (maintain, stream):
             if proc is not None and proc.poll() is None:
                 proc.kill()
+    _judge(tmp, code, bool(every), result)
+
+
+def _judge(tmp: Path, code: int, separate: bool, result: StreamResult) -> None:
+    """Violations for a failed stream or a failed pass (the separate process's JSON
+    lines and the stream's inline ones), and the cell's note."""
+    from tests.support import maintenance_acceptance as m
+
     log = (tmp / "stream.log").read_text()
     batches = m.batch_records(log)
     failed = [b for b in batches if b["outcome"] == "failed"]
@@ -270,9 +261,8 @@ def _run_cell(
         result.violations.append(
             Violation("stream", f"stream exited {code}, {len(failed)} failed: {log[-1500:]}")
         )
-    lines = (tmp / "m.log").read_text().splitlines() if every else []
-    lines += log.splitlines()
-    done = passes(lines)
+    lines = (tmp / "m.log").read_text().splitlines() if separate else []
+    done = passes(lines + log.splitlines())
     bad = [p for p in done if not p.get("ok", True) or p.get("groups_failed")]
     if bad:
         result.violations.append(Violation("maintenance", f"{len(bad)} failed pass(es): {bad[:2]}"))

@@ -89,12 +89,17 @@ def write_config(tmp: Path, name: str = "pipeline.toml", **fields: Any) -> Path:
     return path
 
 
-def start(args: list[str], tmp: Path, log_name: str) -> subprocess.Popen[str]:
-    """``calving ARGS`` as a separate process, its output in ``tmp/log_name``."""
+def start(args: list[str], tmp: Path, log_name: str, mutation: str = "") -> subprocess.Popen[str]:
+    """``calving ARGS`` as a separate process, its output in ``tmp/log_name``;
+    ``mutation``: a deliberately broken build of it (tests.faults.mutated_cli)."""
+    from tests.faults.mutations import MUTATION_ENV
+
+    env = cli_env(**({MUTATION_ENV: mutation} if mutation else {}))
+    module = "tests.faults.mutated_cli" if mutation else "calving.ingest.cli"
     log = open(tmp / log_name, "w")  # noqa: SIM115 -- the child writes it
     return subprocess.Popen(
-        [sys.executable, "-m", "calving.ingest.cli", *args],
-        stdout=log, stderr=subprocess.STDOUT, text=True, env=cli_env(), cwd=tmp,
+        [sys.executable, "-m", module, *args],
+        stdout=log, stderr=subprocess.STDOUT, text=True, env=env, cwd=tmp,
     )  # fmt: skip
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import abc
 import os
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -121,8 +121,45 @@ class Catalog(abc.ABC):
         """Stored properties (``NoSuchNamespaceError`` if the namespace is absent)."""
 
     @abc.abstractmethod
+    def update_namespace_properties(
+        self,
+        namespace: Namespace,
+        updates: Mapping[str, str],
+        removals: Collection[str] = (),
+    ) -> None:
+        """Set ``updates`` and remove ``removals`` (absent keys are ignored) as one change
+        that loses no concurrent change to other keys (``NoSuchNamespaceError``)."""
+
+    @abc.abstractmethod
     def drop_namespace(self, namespace: Namespace) -> None:
         """Drop an empty namespace (``NamespaceNotEmptyError`` if it holds tables)."""
+
+    def all_namespaces(self) -> list[Namespace]:
+        """Every namespace of the catalog, at any depth."""
+        out: list[Namespace] = []
+        todo = self.list_namespaces()
+        while todo:
+            ns = todo.pop()
+            out.append(ns)
+            todo.extend(n for n in self.list_namespaces(ns) if n != ns and n not in out)
+        return sorted(out)
+
+    def properties_with_prefix(self, prefix: str) -> dict[Namespace, dict[str, str]]:
+        """Per namespace, its properties whose key starts with ``prefix`` (namespaces
+        with none are left out). This walks every namespace; a catalog that can ask
+        for the keys in one query does."""
+        from calving.commit.errors import NoSuchNamespaceError
+
+        out: dict[Namespace, dict[str, str]] = {}
+        for ns in self.all_namespaces():
+            try:
+                props = self.namespace_properties(ns)
+            except NoSuchNamespaceError:
+                continue  # dropped since it was listed
+            found = {k: v for k, v in props.items() if k.startswith(prefix)}
+            if found:
+                out[ns] = found
+        return out
 
     def create_namespace_if_missing(
         self, namespace: Namespace, properties: Mapping[str, str] | None = None

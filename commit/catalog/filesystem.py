@@ -28,13 +28,14 @@ could otherwise re-create a deleted ``v<N+1>`` below a newer version.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
 import re
 import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING
 
 from calving.commit import faults as global_faults
@@ -199,6 +200,32 @@ class FilesystemCatalog(Catalog):
         except FileNotFoundError:
             return {}  # a directory made by hand is a namespace without properties
         return {str(k): str(v) for k, v in stored.items()}
+
+    def update_namespace_properties(
+        self,
+        namespace: Namespace,
+        updates: Mapping[str, str],
+        removals: Collection[str] = (),
+    ) -> None:
+        """Read, change and replace the properties file while holding an exclusive
+        ``flock`` on the namespace directory, so concurrent updates never lose a key."""
+        path = self._dir(check_namespace(namespace))
+        if not self._is_namespace_dir(path):
+            raise NoSuchNamespaceError(f"namespace {'.'.join(namespace)} does not exist")
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            props = self.namespace_properties(namespace)
+            for key in removals:
+                props.pop(key, None)
+            props.update(updates)
+            target = os.path.join(path, NAMESPACE_PROPERTIES_FILE)
+            temporary = f"{target}.{uuid.uuid4().hex}.tmp"
+            with open(temporary, "wb") as f:
+                f.write(json.dumps(props, sort_keys=True).encode())
+            os.replace(temporary, target)
+        finally:
+            os.close(fd)  # releases the lock
 
     def drop_namespace(self, namespace: Namespace) -> None:
         path = self._dir(check_namespace(namespace))

@@ -33,7 +33,7 @@ import functools
 import logging
 import os
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import sqlalchemy as sa
@@ -297,6 +297,67 @@ class SqlCatalog(Catalog):
             return {k: v for k, v in rows}
 
         return self._read(f"namespace properties of {ns}", run)
+
+    def update_namespace_properties(
+        self,
+        namespace: Namespace,
+        updates: Mapping[str, str],
+        removals: Collection[str] = (),
+    ) -> None:
+        ns = namespace_to_string(namespace)
+        touched = {*updates, *removals}
+
+        def run(conn: sa.Connection) -> None:
+            if not self._exists(conn, ns):
+                raise NoSuchNamespaceError(f"namespace {ns} does not exist")
+            if touched:
+                conn.execute(
+                    NAMESPACE_PROPERTIES.delete().where(
+                        _P.catalog_name == self.name,
+                        _P.namespace == ns,
+                        _P.property_key.in_(sorted(touched)),
+                    )
+                )
+            if updates:
+                conn.execute(
+                    NAMESPACE_PROPERTIES.insert(),
+                    [
+                        {
+                            "catalog_name": self.name,
+                            "namespace": ns,
+                            "property_key": k,
+                            "property_value": v,
+                        }
+                        for k, v in updates.items()
+                    ],
+                )
+
+        # Two writers inserting the same new key: the later one's INSERT conflicts after
+        # the earlier committed; its DELETE then sees the row, so one more try lands.
+        for attempt in range(3):
+            try:
+                self._write(f"update properties of namespace {ns}", run)
+                return
+            except CatalogError as err:
+                if attempt == 2 or not isinstance(err.__cause__, sa_exc.IntegrityError):
+                    raise
+
+    def properties_with_prefix(self, prefix: str) -> dict[Namespace, dict[str, str]]:
+        like = prefix.replace("!", "!!").replace("_", "!_").replace("%", "!%") + "%"
+
+        def run(conn: sa.Connection) -> dict[Namespace, dict[str, str]]:
+            rows = conn.execute(
+                sa.select(_P.namespace, _P.property_key, _P.property_value).where(
+                    _P.catalog_name == self.name, _P.property_key.like(like, escape="!")
+                )
+            )
+            out: dict[Namespace, dict[str, str]] = {}
+            for ns, key, value in rows:
+                if key.startswith(prefix):  # LIKE may be case-insensitive (SQLite)
+                    out.setdefault(namespace_from_string(ns), {})[key] = value
+            return out
+
+        return self._read(f"namespace properties starting {prefix!r}", run)
 
     def drop_namespace(self, namespace: Namespace) -> None:
         ns = namespace_to_string(namespace)

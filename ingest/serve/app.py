@@ -308,6 +308,8 @@ class Router:
                 "GET": lambda b: (200, s.list_tables(ns)),
                 "POST": lambda b: (200, s.create_table(ns, b)),
             }.get(method)
+        if n == 3 and parts[2] == "properties" and method == "POST":
+            return lambda b: (200, s.update_namespace_properties(ns, b))
         if n == 3 and parts[2] == "register" and method == "POST":
             return lambda b: (200, s.register_table(ns, b))
         if n == 4 and parts[2] == "tables":

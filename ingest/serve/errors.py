@@ -51,6 +51,10 @@ def bad_request(message: str) -> RestError:
     return RestError(400, "BadRequestException", message)
 
 
+def unprocessable(message: str) -> RestError:
+    return RestError(422, "UnprocessableEntityException", message)
+
+
 def commit_failed(message: str) -> RestError:
     return RestError(409, "CommitFailedException", message)
 

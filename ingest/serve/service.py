@@ -52,7 +52,7 @@ from calving.commit.spec.updates import (
 )
 from calving.ingest.serve.apply import apply_changes, empty_metadata
 from calving.ingest.serve.documents import metadata_bytes, read_metadata
-from calving.ingest.serve.errors import RestError, bad_request, commit_failed
+from calving.ingest.serve.errors import RestError, bad_request, commit_failed, unprocessable
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ ENDPOINTS = (
     "GET /v1/{prefix}/namespaces/{namespace}",
     "HEAD /v1/{prefix}/namespaces/{namespace}",
     "DELETE /v1/{prefix}/namespaces/{namespace}",
+    "POST /v1/{prefix}/namespaces/{namespace}/properties",
     "GET /v1/{prefix}/namespaces/{namespace}/tables",
     "POST /v1/{prefix}/namespaces/{namespace}/tables",
     "GET /v1/{prefix}/namespaces/{namespace}/tables/{table}",
@@ -132,6 +133,29 @@ class CatalogService:
         props = self.catalog.namespace_properties(check_namespace(namespace))
         props.pop(NAMESPACE_EXISTS_PROPERTY, None)
         return {"namespace": list(namespace), "properties": props}
+
+    def update_namespace_properties(self, namespace: Namespace, body: Any) -> dict[str, Any]:
+        if not isinstance(body, Mapping):
+            raise bad_request("UpdateNamespacePropertiesRequest must be an object")
+        updates = _string_map(body.get("updates") or {}, "updates")
+        removals = body.get("removals") or []
+        if not isinstance(removals, list) or not all(isinstance(k, str) for k in removals):
+            raise bad_request("UpdateNamespacePropertiesRequest.removals must be a list of strings")
+        both = sorted(set(updates) & set(removals))
+        if both:
+            raise unprocessable(f"keys both updated and removed: {both[:5]}")
+        if NAMESPACE_EXISTS_PROPERTY in {*updates, *removals}:
+            raise bad_request(f"property {NAMESPACE_EXISTS_PROPERTY!r} is the catalog's own")
+        if NAMESPACE_LOCATION in updates:
+            self.confinement.check(updates[NAMESPACE_LOCATION], "the namespace location")
+        namespace = check_namespace(namespace)
+        before = self.catalog.namespace_properties(namespace)
+        self.catalog.update_namespace_properties(namespace, updates, removals)
+        return {
+            "updated": sorted(updates),
+            "removed": sorted(k for k in removals if k in before),
+            "missing": sorted(k for k in removals if k not in before),
+        }
 
     def drop_namespace(self, namespace: Namespace) -> None:
         self.catalog.drop_namespace(check_namespace(namespace))

@@ -49,6 +49,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "throughput": _lazy("tests.bench.throughput"),
     "freshness": _lazy("tests.bench.freshness"),
     "many_tables": _lazy("tests.bench.many_tables"),
+    "many_tables_start": _lazy("tests.bench.many_tables_start"),
     "cost": _lazy("tests.bench.cost"),
     "soak": _lazy("tests.bench.soak"),
 }

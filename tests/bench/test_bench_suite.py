@@ -147,3 +147,10 @@ def test_cost_figures_from_recorded_runs():
     scaled = [f for f in figures if "standalone 2 workers" in f.figure]
     assert [round(f.ratio or 0, 2) for f in scaled] == [1.67, 2.0]  # 5/3, then 4/2
     assert [f.met for f in scaled] == [False, True]
+
+
+def test_many_tables_start_bench_at_a_tiny_size():
+    from tests.bench import many_tables_start
+
+    among, alone, scanned = many_tables_start.startup(foreign=60, rounds=1)
+    assert among > 0 and alone > 0 and scanned > 0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import urllib.parse
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from calving.commit.catalog.base import (
@@ -182,6 +182,15 @@ class RestCatalog(Catalog):
     def namespace_properties(self, namespace: Namespace) -> dict[str, str]:
         reply = self.http.request("GET", self._ns(namespace), exists="namespace")
         return {str(k): str(v) for k, v in (reply.get("properties") or {}).items()}
+
+    def update_namespace_properties(
+        self,
+        namespace: Namespace,
+        updates: Mapping[str, str],
+        removals: Collection[str] = (),
+    ) -> None:
+        body = {"removals": sorted(removals), "updates": dict(updates)}
+        self.http.request("POST", self._ns(namespace) + "/properties", body, exists="namespace")
 
     def drop_namespace(self, namespace: Namespace) -> None:
         self.http.request("DELETE", self._ns(namespace), exists="namespace")

@@ -21,9 +21,10 @@ through named stages, each its own module, which ``ManyTablesSink`` ties togethe
    transaction (``commit_tables``). A catalog that cannot (the filesystem catalog)
    commits table by table, the dead-letter table last.
 
-Restarts (``start``): ``starting_ledger`` reads every table's ledger for this writer id
-(the lowest offset per topic-partition wins), so a lost checkpoint replays only what
-some table lacks, and each table's claim skips what it holds.
+Restarts (``start``): ``starting_ledger`` reads the ledger for this writer id of every
+table the writer registry (``registry``) names (the lowest offset per topic-partition
+wins), so a lost checkpoint replays only what some table lacks, and each table's claim
+skips what it holds. Every table is registered before its first commit.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from calving.ingest.sink.many.commit import (
 )
 from calving.ingest.sink.many.follow import follow_schemas
 from calving.ingest.sink.many.plan import TASKS_PER_CORE, Planner, pack
+from calving.ingest.sink.many.registry import WriterRegistry
 from calving.ingest.sink.many.route import Discovery, RoutedTable, Routing, ranges_by_topic, route
 from calving.ingest.sink.many.runner import RangeRow, SparkTaskRunner, TaskRunner
 from calving.ingest.sink.many.start import LedgerUnreadableError
@@ -118,6 +120,8 @@ class ManyTablesSink:
         self.metrics = None  # the per-table Prometheus figures are not wired for many tables
         #: Topics routed so far, their tables and data collections (the route stage's).
         self.routing = Routing()
+        #: Which tables hold this writer's ledger, kept in the catalog (``registry``).
+        self.registry = WriterRegistry(catalog, writer_id)
         self.history: list[ManyBatchStats] = []
         #: One Kafka consumer per task for all its ranges (False: one per range; the
         #: benchmark's peer).
@@ -146,10 +150,10 @@ class ManyTablesSink:
     def starting_ledger(self) -> dict[TopicPartition, int]:
         """Where the source must not read below: per topic-partition, the lowest next
         offset any of this writer's tables (and the dead-letter table) holds."""
-        return start.starting_ledger(self.catalog, self.io, self.writer_id)
+        return start.starting_ledger(self.registry, self.io)
 
     def _ledgers(self) -> list[dict[TopicPartition, int]]:
-        return start.ledgers(self.catalog, self.io, self.writer_id)
+        return start.ledgers(self.registry, self.io)
 
     def close(self) -> None:
         """Save every keyed table's primary-key index with the table."""
@@ -298,4 +302,5 @@ class ManyTablesSink:
         return commit.commit(batch_id, parsed, transaction)
 
     def _swap(self, commits: list[TableCommit]) -> Swapped:
+        self.registry.register([c.ident for c in commits], self.io)
         return swap_in(self.catalog, self.io, commits)

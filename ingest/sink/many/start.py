@@ -1,12 +1,16 @@
-"""Where a many-table pipeline restarts: every table of the catalog's ledger for the
-writer id (the lowest offset per topic-partition wins), so a lost checkpoint replays
-only what some table lacks. A table that cannot be loaded is never skipped."""
+"""Where a many-table pipeline restarts: the ledger for the writer id of every table
+that may hold it (the lowest offset per topic-partition wins), so a lost checkpoint
+replays only what some table lacks. Those tables come from the writer registry
+(``registry``), or from every table of the catalog while it has none. A table that
+cannot be loaded is never skipped."""
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING, TypeVar
 
 from calving.commit.catalog.base import Catalog, TableIdent
 from calving.commit.errors import CalvingError, CatalogError, NoSuchTableError, Terminal, Transient
@@ -14,10 +18,15 @@ from calving.commit.io import FileIO
 from calving.commit.table.ledger import TopicPartition, read_ledger
 from calving.commit.table.table import Table
 
+if TYPE_CHECKING:
+    from calving.ingest.sink.many.registry import WriterRegistry
+
 log = logging.getLogger("calving.many")
 
-#: Seconds between tries of a table load that failed transiently at start.
+#: Seconds between tries of a catalog read that failed transiently at start.
 LOAD_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0)
+
+_R = TypeVar("_R")
 
 
 class LedgerUnreadableError(Terminal):
@@ -25,37 +34,57 @@ class LedgerUnreadableError(Terminal):
     the restart point could move past it (names the table and the cause)."""
 
 
-def starting_ledger(catalog: Catalog, io: FileIO, writer_id: str) -> dict[TopicPartition, int]:
+def starting_ledger(registry: WriterRegistry, io: FileIO) -> dict[TopicPartition, int]:
     """Where the source must not read below: per topic-partition, the lowest next
-    offset any of ``writer_id``'s tables (and the dead-letter table) holds."""
+    offset any of the writer's tables (and the dead-letter table) holds."""
     out: dict[TopicPartition, int] = {}
-    for ledger in ledgers(catalog, io, writer_id):
+    for ledger in ledgers(registry, io):
         for tp, offset in ledger.items():
             out[tp] = min(offset, out.get(tp, offset))
     return out
 
 
-def ledgers(catalog: Catalog, io: FileIO, writer_id: str) -> list[dict[TopicPartition, int]]:
-    """``writer_id``'s ledger in every table of the catalog."""
-    return [read_ledger(t.metadata, writer_id) for t in writer_tables(catalog, io)]
+def ledgers(registry: WriterRegistry, io: FileIO) -> list[dict[TopicPartition, int]]:
+    """The writer's ledger in every table that may hold it."""
+    return [read_ledger(t.metadata, registry.writer_id) for t in registry.tables(io)]
 
 
-def writer_tables(catalog: Catalog, io: FileIO) -> Iterable[Table]:
+def every_table(catalog: Catalog, io: FileIO) -> Iterable[Table]:
     """Every table of the catalog. One that cannot be loaded is never skipped (its
     ledger could hold the lowest offset): a transient failure is retried, then the
     start stops; only a table dropped since it was listed is left out."""
     seen = set()
-    for namespace in _all_namespaces(catalog):
-        for ident in catalog.list_tables(namespace):
+    for namespace in retried("list the catalog's namespaces", catalog.all_namespaces):
+        listing = partial(catalog.list_tables, namespace)
+        for ident in retried(f"list the tables of {'.'.join(namespace)}", listing):
             if ident in seen:
                 continue
             seen.add(ident)
-            table = _load_for_ledger(catalog, ident, io)
+            table = load_for_ledger(catalog, ident, io)
             if table is not None:
                 yield table
 
 
-def _load_for_ledger(catalog: Catalog, ident: TableIdent, io: FileIO) -> Table | None:
+def retried(what: str, read: Callable[[], _R], *, at_start: bool = True) -> _R:
+    """``read()``, tried again after a transient catalog failure (``LOAD_RETRY_DELAYS``);
+    when it keeps failing, ``LedgerUnreadableError`` at start, else the last failure."""
+    for attempt, delay in enumerate((*LOAD_RETRY_DELAYS, None)):
+        try:
+            return read()
+        except Transient as err:
+            if delay is None:
+                if not at_start:
+                    raise
+                raise LedgerUnreadableError(
+                    f"cannot {what} after {attempt + 1} tries: {err}; the start stops so "
+                    "that no table's records are skipped"
+                ) from err
+            log.warning("%s failed (try %d): %s; trying again", what, attempt + 1, err)
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def load_for_ledger(catalog: Catalog, ident: TableIdent, io: FileIO) -> Table | None:
     """``ident`` loaded (retrying transient failures), None if it was dropped since it
     was listed; ``LedgerUnreadableError`` otherwise."""
     name = ".".join(ident)
@@ -81,13 +110,3 @@ def _load_for_ledger(catalog: Catalog, ident: TableIdent, io: FileIO) -> Table |
         f"cannot load table {name} to read its ledger after {len(LOAD_RETRY_DELAYS) + 1} "
         f"tries: {err}; the start stops so that no table's records are skipped"
     )
-
-
-def _all_namespaces(catalog: Catalog) -> list[tuple[str, ...]]:
-    out = []
-    todo = catalog.list_namespaces()
-    while todo:
-        ns = todo.pop()
-        out.append(ns)
-        todo.extend(n for n in catalog.list_namespaces(ns) if n != ns and n not in out)
-    return out

@@ -93,6 +93,21 @@ def test_1_a_namespace_location_outside_the_warehouse_is_refused(served):
     assert answer["metadata-location"].startswith(f"file://{served.warehouse}/in/t/metadata/")
 
 
+def test_1_a_namespace_location_cannot_be_moved_out_by_a_property_update(served):
+    assert served.request("POST", "/v1/namespaces", {"namespace": ["movable"]})[0] == 200
+    path = "/v1/namespaces/movable/properties"
+    body = {"updates": {"location": str(served.root / "out")}}
+    status, _, answer = served.request("POST", path, body)
+    _assert_client_error(status, answer, served)
+    both = {"updates": {"k": "v"}, "removals": ["k"]}
+    status, _, answer = served.request("POST", path, both)
+    assert status == 422, answer
+    status, _, answer = served.request("POST", path, {"updates": {"k": "v"}, "removals": ["gone"]})
+    assert (status, answer) == (200, {"updated": ["k"], "removed": [], "missing": ["gone"]})
+    status, _, answer = served.request("GET", "/v1/namespaces/movable")
+    assert answer["properties"] == {"k": "v"}
+
+
 def test_1_a_commit_cannot_move_the_table_or_its_metadata_out(served):
     status, _, created = served.request("POST", TABLES, table_body("mover"))
     assert status == 200, created

@@ -77,7 +77,7 @@ def _schema_lines(m: TableMetadata) -> list[str]:
     identifiers = set(m.schema.identifier_field_ids)
     return [
         "schema",
-        *_table(
+        *text_table(
             ("id", "name", "type", "required", "key"),
             [
                 (
@@ -143,14 +143,14 @@ def _snapshot_lines(m: TableMetadata, snapshots: int) -> list[str]:
     newest = sorted(m.snapshots, key=lambda s: s.sequence_number)[-snapshots:][::-1]
     return [
         f"snapshots (newest {min(snapshots, len(m.snapshots))} of {len(m.snapshots)})",
-        *_table(
+        *text_table(
             _SNAPSHOT_COLUMNS,
             [
                 (
                     str(s.sequence_number),
                     str(s.snapshot_id),
                     str(s.parent_snapshot_id or "-"),
-                    _time(s.timestamp_ms),
+                    utc_time(s.timestamp_ms),
                     s.operation,
                     s.summary.get("added-data-files", "0"),
                     s.summary.get("added-records", "0"),
@@ -184,7 +184,7 @@ def _file_lines(live: LiveFiles) -> list[str]:
     """Every live data file with its deletion vector (``--files``)."""
     return [
         "files",
-        *_table(
+        *text_table(
             ("data file", "rows", "bytes", "deleted (DV)", "DV blob"),
             [
                 (
@@ -205,7 +205,7 @@ def last_pass_lines(record: Mapping[str, Any] | None) -> list[str]:
     if record is None:
         return ["last maintenance pass  none recorded"]
     try:
-        started = _time(int(record["started_ms"]))
+        started = utc_time(int(record["started_ms"]))
         verdict = "stopped" if record.get("stopped") else ("ok" if record.get("ok") else "FAILED")
         out = [
             f"last maintenance pass  {started} UTC   {float(record['seconds']):.1f}s   {verdict}",
@@ -256,7 +256,7 @@ def _health_totals(h: TableHealth) -> list[str]:
     return [
         (
             f"health (target file size {h.target_file_bytes:,} bytes "
-            f"({_human(h.target_file_bytes)}); small files < {h.small_file_bytes:,} bytes)"
+            f"({human_bytes(h.target_file_bytes)}); small files < {h.small_file_bytes:,} bytes)"
         ),
         (
             f"  data files {h.data_files:,} in {len(h.partitions):,} partitions   "
@@ -289,7 +289,7 @@ def _partition_lines(h: TableHealth, top: int) -> list[str]:
         ),
         "",
         f"partitions by file count (top {min(top, len(h.partitions))} of {len(h.partitions)})",
-        *_table(
+        *text_table(
             ("partition", "spec", "files", "small", "bytes", "rows", "DVs", "deleted", "budget"),
             [
                 (
@@ -309,7 +309,7 @@ def _partition_lines(h: TableHealth, top: int) -> list[str]:
     ]
 
 
-def _human(n: int) -> str:
+def human_bytes(n: int) -> str:
     """``n`` bytes in the largest binary unit that keeps it at least 1."""
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if n >= size:
@@ -322,11 +322,11 @@ def _blob(dv: object) -> str:
     return f"{path.rsplit('/', 1)[-1]}@{getattr(dv, 'content_offset', '')}"
 
 
-def _time(ms: int) -> str:
+def utc_time(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+def text_table(head: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     rows = list(rows)
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
 

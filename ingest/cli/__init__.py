@@ -4,7 +4,7 @@
     calving run CONFIG.toml [--available-now]          one pipeline from a TOML config
     calving maintain CONFIG.toml [--once | --every DURATION] [--dry-run] [--local]
     calving catalog serve (--config F | --catalog URL --warehouse W) [--host H] [--port N]
-    calving table show NAME (--config F | --catalog URI)
+    calving table show (NAME | --writer ID) (--config F | --catalog URI)
     calving changes NAME --from SNAPSHOT_OR_TIME [--to ...] (--config F | --catalog URI)
     calving table set-property NAME KEY VALUE / unset-property NAME KEY (same options)
 
@@ -93,7 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     table = sub.add_parser("table", help="inspect tables")
     table_sub = table.add_subparsers(dest="table_command", required=True)
     show = table_sub.add_parser("show", help="snapshots, files, DVs, ledger")
-    show.add_argument("name", help='"namespace.table"')
+    show.add_argument("name", nargs="?", help='"namespace.table"')
+    show.add_argument("--writer", metavar="ID",
+                      help="instead of one table: every table of this writer_id, a line each")  # fmt: skip
     where = show.add_mutually_exclusive_group()
     where.add_argument("--config", type=Path, help="take the catalog from this pipeline config")
     where.add_argument("--catalog", help="catalog URI (default: $CALVING_CATALOG)")
@@ -330,6 +332,8 @@ def _maintain_session(spark: Any, args: argparse.Namespace, stop: threading.Even
 
 
 def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
+    if (args.name is None) == (args.writer is None):
+        raise ConfigError("table show: give a table NAME or --writer ID (one of them)")
     from calving.commit.catalog.base import parse_ident
     from calving.commit.table.table import Table
     from calving.ingest.catalogs import check_catalog_exists, file_io, open_catalog
@@ -357,6 +361,11 @@ def _table_show(args: argparse.Namespace, secrets: Secrets) -> int:
         secrets.add_url(uri)
         io = FileIO()
         catalog = open_catalog_uri(uri, args.catalog_name, io)
+    if args.writer is not None:
+        from calving.ingest.show_writer import describe_writer
+
+        print(describe_writer(catalog, io, args.writer, target))
+        return 0
     table = Table.load(catalog, parse_ident(args.name), io)
     print(
         describe_table(table, snapshots=args.snapshots, files=args.files, target_file_bytes=target)

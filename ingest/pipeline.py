@@ -37,7 +37,7 @@ from calving.ingest.config.runtime import SparkConfig
 from calving.ingest.config.source import SourceConfig
 from calving.ingest.config.source_check import check_source
 from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
-from calving.ingest.metrics import metrics_for
+from calving.ingest.metrics import many_metrics_for, metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
 from calving.ingest.sink.many.sink import ManyTablesSink
@@ -453,6 +453,7 @@ def build_many_sink(
             if sink_cfg.transaction_topic
             else None
         ),
+        metrics=many_metrics_for(config),
     )
 
 

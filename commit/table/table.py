@@ -76,10 +76,15 @@ class Table:
             cached_base=from_cache,
             yielding=self.yielding,
         )
+        self.adopt(outcome)
+        return outcome
+
+    def adopt(self, outcome: CommitOutcome) -> None:
+        """Take a landed commit's metadata (``Committed`` or ``Skipped``, also from a
+        multi-table commit) as this object's state; other outcomes change nothing."""
         if isinstance(outcome, (Committed, Skipped)):
             self.metadata_location = outcome.metadata_location
             self.metadata = outcome.metadata
-        return outcome
 
     def commit_or_raise(self, action: Action, *, from_cache: bool = False) -> Committed | Skipped:
         return done_or_raise(self.commit(action, from_cache=from_cache))

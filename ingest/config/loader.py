@@ -196,22 +196,13 @@ def _check_across(config: CalvingConfig) -> None:
 
 
 def _check_routed_unsupported(config: CalvingConfig) -> None:
-    """A many-table pipeline does not yet serve Prometheus metrics, write the per-batch
-    JSON line or run inline maintenance: a config asking for them is refused, never
-    silently ignored."""
-    unwired = "is not wired for a routed table name (many tables) yet"
+    """A many-table pipeline does not yet run inline maintenance: a config asking for it
+    is refused, never silently ignored."""
     if config.maintenance.inline:
         raise ConfigError(
-            f"maintenance.inline: inline maintenance {unwired}; run calving maintain "
-            "per table instead, or leave inline unset"
+            "maintenance.inline: inline maintenance is not wired for a routed table name "
+            "(many tables) yet; run calving maintain per table instead, or leave inline unset"
         )
-    defaults = MetricsConfig()
-    for key in METRICS_KEYS:
-        if getattr(config.metrics, key) != getattr(defaults, key):
-            raise ConfigError(
-                f"metrics.{key}: [metrics] {unwired}; remove the [metrics] section (each "
-                "batch's log line on the calving.many logger names its tables)"
-            )
 
 
 def read_toml(path: str) -> dict[str, Any]:

@@ -5,7 +5,8 @@ JSON log line per batch on the ``calving.metrics`` logger.
 * ``server``: ``MetricsServer``, ``prometheus-client``'s ``/metrics`` endpoint;
 * ``lag``: ``LagProbe``, the broker's latest offsets against the table's ledger;
 * ``batch``: ``SinkMetrics``, what a ``CalvingSink`` records per batch (``METRICS`` and
-  ``LOG_FIELDS`` list every name).
+  ``LOG_FIELDS`` list every name);
+* ``many``: ``ManyMetrics``, the same figures per table of a many-table pipeline.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 from calving.ingest.metrics.batch import LOG_FIELDS, METRICS, SinkMetrics
 from calving.ingest.metrics.exposition import CONTENT_TYPE, Counter, Gauge, Histogram, Registry
 from calving.ingest.metrics.lag import LagProbe
+from calving.ingest.metrics.many import ManyMetrics
 from calving.ingest.metrics.server import MetricsServer
 
 if TYPE_CHECKING:
@@ -34,6 +36,16 @@ def metrics_for(config: CalvingConfig) -> SinkMetrics:
     return metrics
 
 
+def many_metrics_for(config: CalvingConfig) -> ManyMetrics:
+    """The per-table metrics of a many-table pipeline's config (as ``metrics_for``)."""
+    cfg = config.metrics
+    lag = LagProbe(config.source.source_options()) if cfg.lag else None
+    metrics = ManyMetrics(config.sink.writer_id, lag=lag, log_batches=cfg.log_batches)
+    if cfg.enabled:
+        metrics.serve(cfg.host, cfg.port)
+    return metrics
+
+
 __all__ = [
     "CONTENT_TYPE",
     "LOG_FIELDS",
@@ -42,8 +54,10 @@ __all__ = [
     "Gauge",
     "Histogram",
     "LagProbe",
+    "ManyMetrics",
     "MetricsServer",
     "Registry",
     "SinkMetrics",
+    "many_metrics_for",
     "metrics_for",
 ]

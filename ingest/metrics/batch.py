@@ -13,19 +13,36 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from calving.commit.errors import CommitConflictError, RetriesExhaustedError, StaleWriterError
 from calving.commit.index import full_rebuilds
 from calving.commit.table.ledger import read_ledger
+from calving.ingest.kafka.offsets import TopicPartition
 from calving.ingest.metrics.exposition import Counter, Gauge, Histogram, Registry
 from calving.ingest.metrics.lag import LagProbe
 from calving.ingest.metrics.server import MetricsServer
 
 if TYPE_CHECKING:
     from calving.commit.spec.snapshot import Snapshot
-    from calving.ingest.sink.coordinator import BatchStats, ParsedMessages
-    from calving.ingest.sink.foreach_batch import CalvingSink
+    from calving.commit.table.table import Table
+    from calving.ingest.sink.coordinator import BatchStats, Coordinator, ParsedMessages
+
+
+class MeasuredSink(Protocol):
+    """What the figures read of a sink after a batch: its table (as committed), writer
+    id and coordinator (the primary-key index). A ``CalvingSink`` is one; a many-table
+    pipeline hands one per table."""
+
+    @property
+    def table(self) -> Table: ...
+
+    @property
+    def writer_id(self) -> str: ...
+
+    @property
+    def coordinator(self) -> Coordinator: ...
+
 
 log = logging.getLogger("calving.metrics")
 
@@ -173,9 +190,32 @@ LOG_FIELDS: dict[str, str] = {
 _CONFLICTS = (CommitConflictError, RetriesExhaustedError, StaleWriterError)
 
 
+def batch_families(registry: Registry) -> dict[str, Any]:
+    """Every family of ``METRICS``, registered in ``registry`` (once per registry: the
+    sinks of several tables share them, told apart by their labels)."""
+    buckets = {
+        "calving_commit_duration_seconds": COMMIT_BUCKETS,
+        "calving_batch_duration_seconds": BATCH_BUCKETS,
+        "calving_freshness_seconds": FRESHNESS_BUCKETS,
+    }
+    families: dict[str, Any] = {}
+    for name, (kind, extra, help_text) in METRICS.items():
+        labels = _BASE + extra
+        family: Counter | Gauge | Histogram
+        if kind == "counter":
+            family = Counter(name, help_text, labels)
+        elif kind == "gauge":
+            family = Gauge(name, help_text, labels)
+        else:
+            family = Histogram(name, help_text, labels, buckets[name])
+        families[name] = registry.register(family)
+    return families
+
+
 class SinkMetrics:
     """Figures of one sink (one table, one writer id). ``lag``: a ``LagProbe`` for the
-    source's partitions (None: no lag figures). ``log_batches``: emit the JSON line."""
+    source's partitions (None: no lag figures). ``log_batches``: emit the JSON line.
+    ``families``: those of another table's ``SinkMetrics`` on the same registry."""
 
     def __init__(
         self,
@@ -185,27 +225,13 @@ class SinkMetrics:
         registry: Registry | None = None,
         lag: LagProbe | None = None,
         log_batches: bool = True,
+        families: dict[str, Any] | None = None,
     ) -> None:
         self.registry = registry or Registry()
         self.labels = {"table": table, "writer_id": writer_id}
         self.lag = lag
         self.log_batches = log_batches
-        self.families: dict[str, Any] = {}
-        buckets = {
-            "calving_commit_duration_seconds": COMMIT_BUCKETS,
-            "calving_batch_duration_seconds": BATCH_BUCKETS,
-            "calving_freshness_seconds": FRESHNESS_BUCKETS,
-        }
-        for name, (kind, extra, help_text) in METRICS.items():
-            labels = _BASE + extra
-            family: Counter | Gauge | Histogram
-            if kind == "counter":
-                family = Counter(name, help_text, labels)
-            elif kind == "gauge":
-                family = Gauge(name, help_text, labels)
-            else:
-                family = Histogram(name, help_text, labels, buckets[name])
-            self.families[name] = self.registry.register(family)
+        self.families = families if families is not None else batch_families(self.registry)
         for name, (kind, extra, _) in METRICS.items():
             if kind == "counter" and not extra:
                 self.families[name].touch(**self.labels)
@@ -230,14 +256,16 @@ class SinkMetrics:
 
     def batch_done(
         self,
-        sink: CalvingSink,
+        sink: MeasuredSink,
         parsed: ParsedMessages,
         stats: BatchStats,
         started: float,
         commit_started: float,
+        lag: Mapping[TopicPartition, int] | None = None,
     ) -> dict[str, Any]:
         """After ``commit_batch`` returned; ``started`` / ``commit_started`` are
-        ``time.monotonic()`` readings. Returns the logged record."""
+        ``time.monotonic()`` readings; ``lag`` measured by the caller (else the
+        ``LagProbe``'s, if any). Returns the logged record."""
         now, committed_at = time.monotonic(), time.time()
         attempts = stats.commit_attempts
         record = self._base_record(stats.batch_id, stats.outcome, now - started)
@@ -269,13 +297,13 @@ class SinkMetrics:
                 record[
                     "freshness_oldest_seconds" if bound == "min" else "freshness_newest_seconds"
                 ] = age
-        self._measure_table(sink, record)
+        self._measure_table(sink, record, lag)
         self._update(record)
         self._emit(record)
         return record
 
     def batch_failed(
-        self, sink: CalvingSink, batch_id: int, error: BaseException, started: float
+        self, sink: object, batch_id: int, error: BaseException, started: float
     ) -> dict[str, Any]:
         """The commit of ``batch_id`` raised ``error`` (the sink re-raises it)."""
         record = self._base_record(batch_id, "failed", time.monotonic() - started)
@@ -307,16 +335,21 @@ class SinkMetrics:
         record["index_rebuilds"] = full_rebuilds()
         return record
 
-    def _measure_table(self, sink: CalvingSink, record: dict[str, Any]) -> None:
+    def _measure_table(
+        self,
+        sink: MeasuredSink,
+        record: dict[str, Any],
+        lag: Mapping[TopicPartition, int] | None,
+    ) -> None:
         """Lag from the ledger the table now holds; index size of keyed tables."""
         metadata = sink.table.metadata
-        if self.lag is not None:
+        if lag is None and self.lag is not None:
             lag = self.lag.lag(read_ledger(metadata, sink.writer_id))
-            if lag is not None:
-                record["lag"] = [
-                    {"topic": t, "partition": p, "records": n} for (t, p), n in sorted(lag.items())
-                ]
-                record["lag_records"] = sum(lag.values())
+        if lag is not None:
+            record["lag"] = [
+                {"topic": t, "partition": p, "records": n} for (t, p), n in sorted(lag.items())
+            ]
+            record["lag_records"] = sum(lag.values())
         index = sink.coordinator.index
         if index is not None:
             record["index_bytes"] = index.nbytes

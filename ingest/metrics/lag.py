@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from calving.commit.errors import CalvingError
 from calving.ingest.kafka.offsets import TopicPartition
@@ -42,18 +42,38 @@ class LagProbe:
         """Records per subscribed partition not yet committed; a partition the ledger
         has never seen counts from its earliest offset. None if the broker did not
         answer (logged; a metric never fails a batch)."""
+        by_table = self.lag_of_tables({"": (ledger, None)})
+        return None if by_table is None else by_table[""]
+
+    def lag_of_tables(
+        self, tables: Mapping[str, tuple[Mapping[TopicPartition, int], Collection[str] | None]]
+    ) -> dict[str, dict[TopicPartition, int]] | None:
+        """``lag`` for several tables at once (one ListOffsets request for the latest
+        offsets, one for the earliest of partitions some ledger has never seen): per
+        table name, its ledger and the topics that feed it (None: every subscribed
+        topic). None if the broker did not answer."""
         try:
-            tps = self.partitions()
-            latest = self.view.latest(tps)
-            unseen = [tp for tp in tps if tp not in ledger]
+            subscribed = self.partitions()
+            feeds = {
+                name: [tp for tp in subscribed if topics is None or tp[0] in topics]
+                for name, (_, topics) in tables.items()
+            }
+            fed = sorted({tp for tps in feeds.values() for tp in tps})
+            latest = self.view.latest(fed) if fed else {}
+            unseen = sorted(
+                {tp for name, tps in feeds.items() for tp in tps if tp not in tables[name][0]}
+            )
             earliest = self.view.earliest(unseen) if unseen else {}
         except CalvingError as err:
             log.warning("consumer lag not measured: %s", err)
             return None
         return {
-            tp: max(0, latest[tp] - ledger.get(tp, earliest.get(tp, latest[tp])))
-            for tp in tps
-            if tp in latest
+            name: {
+                tp: max(0, latest[tp] - tables[name][0].get(tp, earliest.get(tp, latest[tp])))
+                for tp in tps
+                if tp in latest
+            }
+            for name, tps in feeds.items()
         }
 
 

@@ -153,6 +153,7 @@ class BatchCommit:
             if outcome is None:
                 stats.tables[name] = pb.stats
                 continue
+            self.tables[name].table.adopt(outcome)
             try:
                 stats.tables[name] = self.tables[name].coordinator.finish(pb, outcome)
             except CalvingError as err:

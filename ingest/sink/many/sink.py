@@ -58,6 +58,7 @@ from calving.ingest.sink.many.commit import (
     swap_in,
 )
 from calving.ingest.sink.many.follow import follow_schemas
+from calving.ingest.sink.many.observer import ManyBatchObserver, TableFigures
 from calving.ingest.sink.many.plan import TASKS_PER_CORE, Planner, pack
 from calving.ingest.sink.many.registry import WriterRegistry
 from calving.ingest.sink.many.route import Discovery, RoutedTable, Routing, ranges_by_topic, route
@@ -101,6 +102,7 @@ class ManyTablesSink:
         index_save_every: int = 20,
         on_batch: Callable[[ManyBatchStats], None] | None = None,
         transactions: TransactionTracker | None = None,
+        metrics: ManyBatchObserver | None = None,
     ) -> None:
         self.catalog = catalog
         self.io = io
@@ -117,7 +119,8 @@ class ManyTablesSink:
         self.on_batch = on_batch
         #: Source-transaction boundaries (``[sink] transaction_topic``), if on.
         self.transactions = transactions
-        self.metrics = None  # the per-table Prometheus figures are not wired for many tables
+        #: Per-table figures (``calving.ingest.metrics.many.ManyMetrics``), if any.
+        self.metrics = metrics
         #: Topics routed so far, their tables and data collections (the route stage's).
         self.routing = Routing()
         #: Which tables hold this writer's ledger, kept in the catalog (``registry``).
@@ -181,7 +184,13 @@ class ManyTablesSink:
         live = {t: s for t, s in spans.items() if self.routing.table_of(t) is not None}
         messages, bound = self._write_stage(runner, batch_id, live, bounds, scope)
         written = time.monotonic()
-        stats = self._commit_stage(batch_id, messages, spans, bounds, scope, bound)
+        parsed = {name: ParsedMessages.of(ms) for name, ms in messages.items()}
+        try:
+            stats = self._commit_stage(batch_id, parsed, spans, bounds, scope, bound)
+        except Exception as err:
+            if self.metrics is not None:
+                self.metrics.batch_failed(parsed, batch_id, err, started)
+            raise
         stats.read = sum(r.end - r.start for rs in spans.values() for r in rs)
         stats.phases = {
             "route": routed - started,
@@ -189,7 +198,30 @@ class ManyTablesSink:
             "commit": time.monotonic() - written,
         }
         self._observe(stats, started)
+        if self.metrics is not None:
+            self.metrics.batch_done(self._figures(parsed, stats), started, written)
         return stats
+
+    def _figures(
+        self, parsed: Mapping[str, ParsedMessages], stats: ManyBatchStats
+    ) -> dict[str, TableFigures]:
+        """What the figures read of each table the batch committed (or skipped)."""
+        topics: dict[str, list[str]] = {}
+        for topic, outcome in self.routes.items():
+            if isinstance(outcome, Route):
+                topics.setdefault(outcome.name, []).append(topic)
+        return {
+            name: TableFigures(
+                routed.coordinator.table,
+                routed.coordinator,
+                self.writer_id,
+                topics.get(name, []),
+                parsed[name],
+                stats.tables[name],
+            )
+            for name, routed in self.tables.items()
+            if name in stats.tables and name in parsed
+        }
 
     def _route_stage(
         self, rows: Sequence[RangeRow], bounds: Boundaries | None
@@ -227,7 +259,7 @@ class ManyTablesSink:
     def _commit_stage(
         self,
         batch_id: int,
-        messages: Messages,
+        parsed: Mapping[str, ParsedMessages],
         spans: Mapping[str, list[OffsetRange]],
         bounds: Boundaries | None,
         scope: TransactionScope | None,
@@ -235,7 +267,6 @@ class ManyTablesSink:
     ) -> ManyBatchStats:
         """Every table committed (``_commit``); with boundaries, the transaction-topic
         range claimed and the tracker moved on."""
-        parsed = {name: ParsedMessages.of(ms) for name, ms in messages.items()}
         if bounds is None or scope is None or bound is None:
             return self._commit(batch_id, parsed, None)
         stats = self._commit(batch_id, parsed, bounds.claim(bound, scope))

@@ -106,8 +106,13 @@ class Maintainer:
             and now - self.last_started < self.config.inline_interval_s
         ):
             return None
+        return self.inline_pass(self.config.inline_budget_s)
+
+    def inline_pass(self, budget_s: float) -> MaintenanceReport | None:
+        """A pass from the stream's driver within ``budget_s``; None if it raised
+        (logged: inline maintenance never fails the stream)."""
         try:
-            report = self.run_pass(budget_s=self.config.inline_budget_s, inline=True)
+            report = self.run_pass(budget_s=budget_s, inline=True)
         except Exception:  # inline maintenance must never fail the stream
             log.warning("inline maintenance of %s failed", self.table.name, exc_info=True)
             return None

@@ -47,6 +47,7 @@ from calving.ingest.worker_python import use_this_python
 
 if TYPE_CHECKING:
     from calving.ingest.maintain import Maintainer
+    from calving.ingest.maintain_many import ManyMaintainer
 
 log = logging.getLogger("calving.pipeline")
 
@@ -258,7 +259,7 @@ class Pipeline:
     #: The id of the last batch this process committed (None: none yet).
     last_batch_id: int | None = None
     #: Inline maintenance (``[maintenance] inline = true``): a pass after a batch.
-    maintainer: Maintainer | None = None
+    maintainer: Maintainer | ManyMaintainer | None = None
     #: How records travel: fused read-decode-write tasks, or through Spark (shuffle).
     path: PathChoice = field(default_factory=lambda: PathChoice("shuffle", "default"))
     #: Why the batch in flight at a requested stop was abandoned (None: none was).
@@ -385,7 +386,11 @@ def build_pipeline(
             keyed=True,
             overrides=tuple(with_transaction_topic(config).items()),
         )
-        return Pipeline(config, spark or spark_session(config.spark), None, many, path=path)
+        session = spark or spark_session(config.spark)
+        return Pipeline(
+            config, session, None, many, maintainer=many_maintainer(config, many, session),
+            path=path,
+        )  # fmt: skip
     sink = build_sink(config, on_batch=on_batch)
     session = spark or spark_session(config.spark)
     maintainer = None
@@ -398,6 +403,24 @@ def build_pipeline(
     path = path_for(config, sink.table)
     log.info("records path: %s (%s)", path.path, path.reason)
     return Pipeline(config, session, sink.table, sink, maintainer=maintainer, path=path)
+
+
+def many_maintainer(
+    config: CalvingConfig, sink: ManyTablesSink, session: Any
+) -> ManyMaintainer | None:
+    """Inline maintenance across a many-table pipeline's tables, if configured."""
+    if not config.maintenance.inline:
+        return None
+    from calving.ingest.maintain_many import ManyMaintainer
+
+    return ManyMaintainer(
+        sink,
+        config.maintenance,
+        spark=session,
+        io_properties=config.table.io,
+        registry=getattr(sink.metrics, "registry", None),
+        log_passes=config.metrics.log_batches,
+    )
 
 
 def with_transaction_topic(config: CalvingConfig) -> dict[str, str]:

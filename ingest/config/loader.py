@@ -181,7 +181,6 @@ def _check_across(config: CalvingConfig) -> None:
                 f"format.type: a routed table name needs change events that carry their "
                 f'table\'s schema and key ({" or ".join(ROUTED_FORMATS)}), got "{fmt.type}"'
             )
-        _check_routed_unsupported(config)
         return
     if fmt.keyed and not table.identifier_fields:
         raise ConfigError(
@@ -192,16 +191,6 @@ def _check_across(config: CalvingConfig) -> None:
         raise ConfigError(
             f'table.infer_schema: only JSON formats can be inferred, not "{fmt.type}"; '
             "declare [[table.columns]]"
-        )
-
-
-def _check_routed_unsupported(config: CalvingConfig) -> None:
-    """A many-table pipeline does not yet run inline maintenance: a config asking for it
-    is refused, never silently ignored."""
-    if config.maintenance.inline:
-        raise ConfigError(
-            "maintenance.inline: inline maintenance is not wired for a routed table name "
-            "(many tables) yet; run calving maintain per table instead, or leave inline unset"
         )
 
 

@@ -66,28 +66,42 @@ MAINTENANCE_METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
 }
 
 
+def maintenance_families(registry: Registry) -> dict[str, Any]:
+    """Every family of ``MAINTENANCE_METRICS``, registered in ``registry`` (once per
+    registry: the tables of a many-table pipeline share them by their labels)."""
+    families: dict[str, Any] = {}
+    for name, (kind, extra, help_text) in MAINTENANCE_METRICS.items():
+        labels = ("table", *extra)
+        family: Counter | Gauge | Histogram
+        if kind == "counter":
+            family = Counter(name, help_text, labels)
+        elif kind == "gauge":
+            family = Gauge(name, help_text, labels)
+        else:
+            family = Histogram(name, help_text, labels, PASS_BUCKETS)
+        families[name] = registry.register(family)
+    return families
+
+
 class MaintenanceMetrics:
-    """The maintenance figures of one table; ``log_passes``: emit the JSON line."""
+    """The maintenance figures of one table; ``log_passes``: emit the JSON line;
+    ``families``: those of another table's ``MaintenanceMetrics`` on the same registry."""
 
     def __init__(
-        self, table: str, *, registry: Registry | None = None, log_passes: bool = True
+        self,
+        table: str,
+        *,
+        registry: Registry | None = None,
+        log_passes: bool = True,
+        families: dict[str, Any] | None = None,
     ) -> None:
         self.registry = registry or Registry()
         self.labels = {"table": table}
         self.log_passes = log_passes
-        self.families: dict[str, Any] = {}
-        for name, (kind, extra, help_text) in MAINTENANCE_METRICS.items():
-            labels = ("table", *extra)
-            family: Counter | Gauge | Histogram
-            if kind == "counter":
-                family = Counter(name, help_text, labels)
-            elif kind == "gauge":
-                family = Gauge(name, help_text, labels)
-            else:
-                family = Histogram(name, help_text, labels, PASS_BUCKETS)
-            self.families[name] = self.registry.register(family)
+        self.families = families if families is not None else maintenance_families(self.registry)
+        for name, (kind, extra, _) in MAINTENANCE_METRICS.items():
             if kind == "counter" and not extra:
-                family.touch(**self.labels)  # type: ignore[union-attr]
+                self.families[name].touch(**self.labels)
 
     def pass_done(self, report: MaintenanceReport, ended_s: float) -> dict[str, Any]:
         """Count the pass and log its JSON line; returns the summary logged."""

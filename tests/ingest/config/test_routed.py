@@ -136,14 +136,11 @@ def test_transaction_topic_names_how_collections_map_to_topics():
                             "transaction_topic"), message  # fmt: skip
 
 
-def test_inline_maintenance_a_routed_pipeline_does_not_run_is_refused():
+def test_a_routed_pipeline_takes_inline_maintenance():
     doc = routed()
-    doc["maintenance"] = {"inline": True}
-    message = error_of(doc)
-    assert "maintenance.inline: " in message and "not wired for a routed table name" in message
-    assert "\n" not in message
-    doc["maintenance"] = {"inline": False}
-    parse(doc)
+    doc["maintenance"] = {"inline": True, "inline_budget": "5 seconds"}
+    config = parse(doc)
+    assert config.maintenance.inline and config.maintenance.inline_budget_s == 5.0
 
 
 @pytest.mark.parametrize(

@@ -465,6 +465,7 @@ def build_many_sink(
         kafka_config=config.source.kafka_client_config() if sink_cfg.dead_letter_topic else None,
         dead_letter_max_bytes=sink_cfg.dead_letter_max_bytes,
         index_save_every=sink_cfg.index_save_every,
+        index_memory_bytes=sink_cfg.index_memory_bytes,
         on_batch=on_batch,
         transactions=(
             TransactionTracker(

@@ -21,12 +21,15 @@ SINK_KEYS = (
     "dead_letter_max_bytes",
     "key_partitions",
     "index_save_every",
+    "index_memory_bytes",
     "evolve_schema",
     "path",
     "transaction_topic",
     "transaction_timeout",
     "topic_prefix",
 )
+#: ``[sink] index_memory_bytes`` unless set: 2 GiB.
+DEFAULT_INDEX_MEMORY_BYTES = 2 * 2**30
 #: ``[sink] path``: how records reach the writers (see ``calving.ingest.sink.path_choice``).
 SINK_PATHS = ("auto", "fused", "shuffle")
 SPARK_KEYS = ("master", "app_name", "conf")
@@ -57,6 +60,9 @@ class SinkConfig:
     key_partitions: int | None = None
     #: Save the primary-key index with the table every N batches.
     index_save_every: int = 20
+    #: Many tables: the primary-key indexes kept in the driver between batches, in
+    #: bytes; past it the least recently used are saved with their tables and dropped.
+    index_memory_bytes: int = DEFAULT_INDEX_MEMORY_BYTES
     #: Add optional columns for unknown JSON fields of a single scalar kind.
     evolve_schema: bool = True
     #: ``auto`` (fused read-decode-write tasks unless a key may span Kafka partitions),
@@ -168,6 +174,10 @@ def parse_sink(s: Section, table_name: str) -> SinkConfig:
         or DEFAULT_DEAD_LETTER_MAX_BYTES,
         key_partitions=s.integer("key_partitions", minimum=1),
         index_save_every=s.integer("index_save_every", 20, minimum=1) or 20,
+        index_memory_bytes=s.integer(
+            "index_memory_bytes", DEFAULT_INDEX_MEMORY_BYTES, minimum=2**20
+        )
+        or DEFAULT_INDEX_MEMORY_BYTES,
         evolve_schema=s.boolean("evolve_schema", True),
         path=_path(s),
         transaction_topic=transaction_topic,

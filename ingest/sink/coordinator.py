@@ -393,6 +393,22 @@ class Coordinator:
         self.index_state, location = save_index(self.table, self.index_state)
         return location
 
+    def evict_index(self) -> int:
+        """Drop the index from memory, saved first when it holds unsaved commits; the
+        next batch opens it again (the saved file caught up from the table, or rebuilt).
+        Returns the bytes it held. A save that fails only makes that reopening longer."""
+        index = self.index_state.index
+        if index is None:
+            return 0
+        held = index.nbytes
+        if self.index_state.unsaved_commits:
+            try:
+                self.save_index()
+            except CalvingError as err:
+                log.warning("%s: index not saved before dropping it: %s", self.table.name, err)
+        self.index_state = IndexState()
+        return held
+
 
 def _keeps_row_ids(metadata: TableMetadata) -> bool:
     """Updates keep their rows' ``_row_id``: v3, unless the table property says no."""

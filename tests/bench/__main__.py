@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "freshness": _lazy("tests.bench.freshness"),
     "many_tables": _lazy("tests.bench.many_tables"),
     "many_tables_start": _lazy("tests.bench.many_tables_start"),
+    "many_tables_memory": _lazy("tests.bench.many_tables_memory"),
     "cost": _lazy("tests.bench.cost"),
     "soak": _lazy("tests.bench.soak"),
 }

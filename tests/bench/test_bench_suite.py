@@ -154,3 +154,11 @@ def test_many_tables_start_bench_at_a_tiny_size():
 
     among, alone, scanned = many_tables_start.startup(foreign=60, rounds=1)
     assert among > 0 and alone > 0 and scanned > 0
+
+
+def test_many_tables_memory_bench_at_a_tiny_size():
+    from tests.bench import many_tables_memory
+
+    m = many_tables_memory.measure(tables=4, keys=2_000)
+    assert set(m) == {"unbounded", "budget", "small"}
+    assert m["unbounded"]["evictions"] == 0 and m["unbounded"]["held_gib"] > 0

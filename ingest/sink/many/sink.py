@@ -41,6 +41,7 @@ from calving.commit.table.multi_commit import TableCommit
 from calving.commit.table.table import Table
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.router import Route, Skip, TableRouter
+from calving.ingest.config.runtime import DEFAULT_INDEX_MEMORY_BYTES
 from calving.ingest.config.table import TableConfig
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
@@ -58,6 +59,7 @@ from calving.ingest.sink.many.commit import (
     swap_in,
 )
 from calving.ingest.sink.many.follow import follow_schemas
+from calving.ingest.sink.many.index_budget import IndexBudget
 from calving.ingest.sink.many.observer import ManyBatchObserver, TableFigures
 from calving.ingest.sink.many.plan import TASKS_PER_CORE, Planner, pack
 from calving.ingest.sink.many.registry import WriterRegistry
@@ -100,6 +102,7 @@ class ManyTablesSink:
         kafka_config: Mapping[str, str] | None = None,
         dead_letter_max_bytes: int = DEFAULT_TOPIC_MAX_BYTES,
         index_save_every: int = 20,
+        index_memory_bytes: int = DEFAULT_INDEX_MEMORY_BYTES,
         on_batch: Callable[[ManyBatchStats], None] | None = None,
         transactions: TransactionTracker | None = None,
         metrics: ManyBatchObserver | None = None,
@@ -123,6 +126,8 @@ class ManyTablesSink:
         self.metrics = metrics
         #: Topics routed so far, their tables and data collections (the route stage's).
         self.routing = Routing()
+        #: The primary-key indexes the driver keeps between batches (``index_budget``).
+        self.index_budget = IndexBudget(index_memory_bytes)
         #: Which tables hold this writer's ledger, kept in the catalog (``registry``).
         self.registry = WriterRegistry(catalog, writer_id)
         self.history: list[ManyBatchStats] = []
@@ -200,6 +205,7 @@ class ManyTablesSink:
         self._observe(stats, started)
         if self.metrics is not None:
             self.metrics.batch_done(self._figures(parsed, stats), started, written)
+        self.index_budget.after_batch(self.tables, list(stats.tables), batch_id)
         return stats
 
     def _figures(

@@ -101,6 +101,7 @@ CASES = [
     ("sink.dead_letter_max_bytes", S, "sink.dead_letter_max_bytes"),
     ("sink.key_partitions", S, "sink.key_partitions"),
     ("sink.index_save_every", S, "sink.index_save_every"),
+    ("sink.index_memory_bytes", S, "sink.index_memory_bytes"),
     ("sink.evolve_schema", S, "sink.evolve_schema"),
     ("sink.path", S, "sink.path"),
     ("sink.transaction_topic", "   ", "sink.transaction_topic"),

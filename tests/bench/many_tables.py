@@ -353,6 +353,7 @@ def atomic_commit(tables: int = 50, rounds: int = 7) -> tuple[float, float]:
     from calving.commit.table.actions.fast_append import FastAppend
     from calving.commit.table.ledger import LedgerClaim, OffsetRange
     from calving.commit.table.multi_commit import TableCommit, commit_tables
+    from calving.commit.table.outcomes import Committed
     from calving.commit.table.table import create_table
     from calving.ingest.write.parquet_writer import write_data_file
 
@@ -363,28 +364,28 @@ def atomic_commit(tables: int = 50, rounds: int = 7) -> tuple[float, float]:
     handles = [create_table(catalog, ("db", f"t{i}"), schema) for i in range(tables)]
     rows = pa.table({"id": pa.array([1, 2, 3], pa.int64())})
 
-    def actions(round_: int, base: int) -> list[TableCommit]:
+    def actions(round_: int, writer: str) -> list[TableCommit]:
+        """One append per table; each path claims offsets for its own writer id, so
+        both commit every round (one writer's claims would leave the other a gap)."""
         out = []
         for i, t in enumerate(handles):
-            f = write_data_file(t.io, f"{t.metadata.location}/data/{base}-{round_}-{i}.parquet",
+            f = write_data_file(t.io, f"{t.metadata.location}/data/{writer}-{round_}-{i}.parquet",
                                 rows, schema)  # fmt: skip
-            claim = LedgerClaim(
-                "w", {(f"topic{i}", 0): OffsetRange(round_ * 3 + base, round_ * 3 + base + 3)}
-            )
+            claim = LedgerClaim(writer, {(f"topic{i}", 0): OffsetRange(round_ * 3, round_ * 3 + 3)})
             out.append(TableCommit(t.ident, FastAppend((f,), ledger=claim)))
         return out
 
     together, single = [], []
     for r in range(rounds):
-        commits = actions(r, 0)
+        commits = actions(r, "together")
         started = time.perf_counter()
-        commit_tables(catalog, handles[0].io, commits)
+        outcomes = list(commit_tables(catalog, handles[0].io, commits).values())
         together.append((time.perf_counter() - started) * 1000)
-        commits = actions(r, 1_000_000)
+        commits = actions(r, "single")
         started = time.perf_counter()
-        for t, c in zip(handles, commits):
-            t.refresh().commit(c.action)
+        outcomes += [t.refresh().commit(c.action) for t, c in zip(handles, commits)]
         single.append((time.perf_counter() - started) * 1000)
+        assert all(isinstance(o, Committed) for o in outcomes), outcomes
     catalog.close()
     return statistics.median(together), statistics.median(single)
 

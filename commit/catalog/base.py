@@ -189,6 +189,11 @@ class Catalog(abc.ABC):
     def load_metadata_location(self, ident: TableIdent) -> str:
         """The current metadata location (``NoSuchTableError``)."""
 
+    def load_metadata_locations(self, idents: Sequence[TableIdent]) -> list[str]:
+        """Each table's current metadata location, in order (``NoSuchTableError`` for
+        the first missing one); a catalog that can read them together does."""
+        return [self.load_metadata_location(ident) for ident in idents]
+
     def table_exists(self, ident: TableIdent) -> bool:
         from calving.commit.errors import NoSuchTableError
 

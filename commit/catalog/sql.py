@@ -91,6 +91,7 @@ NAMESPACE_LOCATION_PROPERTY = "location"
 DEFAULT_SQLITE_BUSY_TIMEOUT_S = 30.0
 
 _T = ICEBERG_TABLES.c
+_LOAD_CHUNK = 500  # tables per query: SQLite binds at most 999 parameters before 3.32
 _P = NAMESPACE_PROPERTIES.c
 _R = TypeVar("_R")
 
@@ -410,6 +411,43 @@ class SqlCatalog(Catalog):
         if row is None or not row[0]:
             raise NoSuchTableError(f"table {ident_name(ident)} does not exist in {self.name}")
         return str(row[0])
+
+    def load_metadata_locations(self, idents: Sequence[TableIdent]) -> list[str]:
+        """Every table's row read in one query (per ``_LOAD_CHUNK`` tables) on one
+        connection, instead of one connection and query per table."""
+        keys = [split_ident(ident) for ident in idents]
+        if not keys:
+            return []
+
+        def run(conn: sa.Connection) -> dict[tuple[str, str], str]:
+            found: dict[tuple[str, str], str] = {}
+            for start in range(0, len(keys), _LOAD_CHUNK):
+                rows = conn.execute(self._locations_query(keys[start : start + _LOAD_CHUNK]))
+                found.update(((r[0], r[1]), r[2]) for r in rows if r[2])
+            return found
+
+        found = self._read(f"load {len(keys)} tables", run)
+        out = []
+        for ident, key in zip(idents, keys):
+            if key not in found:
+                raise NoSuchTableError(f"table {ident_name(ident)} does not exist in {self.name}")
+            out.append(str(found[key]))
+        return out
+
+    def _locations_query(self, keys: Sequence[tuple[str, str]]) -> sa.Select[Any]:
+        names: dict[str, list[str]] = {}
+        for namespace, name in keys:
+            names.setdefault(namespace, []).append(name)
+        return sa.select(_T.table_namespace, _T.table_name, _T.metadata_location).where(
+            _T.catalog_name == self.name,
+            self._is_table(),
+            sa.or_(
+                *(
+                    sa.and_(_T.table_namespace == ns, _T.table_name.in_(n))
+                    for ns, n in names.items()
+                )
+            ),
+        )
 
     def create_table_entry(self, ident: TableIdent, metadata_location: str) -> None:
         namespace, name = split_ident(ident)

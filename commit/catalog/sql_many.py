@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import sqlalchemy as sa
 
 from calving.commit import faults as global_faults
-from calving.commit.catalog.base import TableSwap, check_ident, ident_name
+from calving.commit.catalog.base import TableSwap, check_ident, ident_name, split_ident
 from calving.commit.catalog.sql_database import (
     ICEBERG_TABLES,
     UNAVAILABLE_ERRORS,
@@ -78,7 +78,7 @@ def swap_rows(catalog: SqlCatalog, swaps: Sequence[TableSwap]) -> None:
         with catalog._connect(write=True) as conn:
             transaction = conn.begin()
             for s in swaps:
-                if conn.execute(_update(catalog, s)).rowcount != 1:
+                if conn.execute(catalog._swap_statement, _params(catalog, s)).rowcount != 1:
                     moved = _moved(catalog, conn, s)
                     transaction.rollback()
                     raise moved
@@ -103,12 +103,18 @@ def swap_rows(catalog: SqlCatalog, swaps: Sequence[TableSwap]) -> None:
         raise
 
 
-def _update(catalog: SqlCatalog, s: TableSwap) -> sa.Update:
-    return (
-        ICEBERG_TABLES.update()
-        .where(catalog._table_row(s.ident), _T.metadata_location == s.expected)
-        .values(metadata_location=s.location, previous_metadata_location=s.expected)
-    )
+def _params(catalog: SqlCatalog, s: TableSwap) -> dict[str, str]:
+    """The check-and-put's parameters for ``s`` (the catalog's statement is built once:
+    building one per table cost more than its SQL)."""
+    namespace, table = split_ident(s.ident)
+    return {
+        "swap_catalog": catalog.name,
+        "swap_namespace": namespace,
+        "swap_table": table,
+        "swap_expected": s.expected,
+        "swap_new": s.location,
+        "swap_previous": s.expected,
+    }
 
 
 def _moved(catalog: SqlCatalog, conn: sa.Connection, s: TableSwap) -> CalvingError:

@@ -212,6 +212,25 @@ def test_rows_of_other_types_are_not_tables(cat: SqlCatalog) -> None:
         cat.load_metadata_location(("db", "a_view"))
 
 
+def test_many_tables_load_together_as_one_by_one(
+    cat: SqlCatalog, make: Callable[..., SqlCatalog], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One query (per 500 tables) reads what a query per table would: in input order,
+    across namespaces and past a chunk, never another catalog's row or a view."""
+    cat.create_namespace(("db", "sub"))
+    idents = [("db", f"t{i}") for i in range(7)] + [("db", "sub", "deep"), T]
+    for ident in idents[:-1]:
+        cat.create_table_entry(ident, f"file:///{'/'.join(ident)}.metadata.json")
+    other = make("other")
+    other.create_namespace(("db",))
+    other.create_table_entry(("db", "t0"), "file:///not-ours.metadata.json")
+    monkeypatch.setattr("calving.commit.catalog.sql._LOAD_CHUNK", 3)
+    assert cat.load_metadata_locations(idents) == [cat.load_metadata_location(i) for i in idents]
+    assert cat.load_metadata_locations([]) == []
+    with pytest.raises(NoSuchTableError, match=r"db\.gone"):
+        cat.load_metadata_locations([T, ("db", "gone"), ("db", "also_gone")])
+
+
 def test_older_schema_without_iceberg_type_is_used_as_is(tmp_path: Any) -> None:
     uri = f"sqlite:///{tmp_path}/v0.db"
     with sqlite3.connect(f"{tmp_path}/v0.db") as conn:

@@ -318,8 +318,9 @@ class FileIO:
     def write_many(self, files: Sequence[tuple[str, bytes]]) -> None:
         """Write several whole files, as ``write`` does, overlapping their writes (and
         fsyncs) on a shared thread pool; locally each directory is fsynced once, after
-        all its files. Every file is durable when this returns; on an error some may
-        exist (callers name them in their written list beforehand)."""
+        all its files (several directories' fsyncs overlap too). Every file is durable
+        when this returns; on an error some may exist (callers name them in their
+        written list beforehand)."""
         _announce([location for location, _ in files])
         if len(files) <= 1:
             for location, data in files:
@@ -337,10 +338,15 @@ class FileIO:
             with _mapped(location, "write"):
                 self._write_fd(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), data)
 
-        _run_all(write_one, paths)
-        for directory in directories:
+        def sync_one(directory: str) -> None:
             with _mapped(to_uri(directory), "sync"):
                 self._sync_dir(directory)
+
+        _run_all(write_one, paths)
+        if len(directories) == 1:
+            sync_one(directories[0])
+        else:  # a multi-table commit's metadata files: one directory per table
+            _run_all(sync_one, [(directory,) for directory in directories])
 
     def new_output_stream(self, location: str) -> OutputStream:
         """A binary sink for a streaming write (e.g. ``pyarrow.parquet.ParquetWriter``);

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 
 from calving.commit.errors import CalvingError
 
@@ -35,6 +36,7 @@ class InjectedFault(CalvingError):
 
 _armed: dict[str, str] = {}
 _fired: set[str] = set()
+_fired_lock = threading.Lock()  # a multi-table commit hits points from several threads
 _loaded_env = False
 
 
@@ -66,9 +68,10 @@ def hit(point: str) -> None:
     if action is None:
         return
     if action.startswith("once-"):
-        if point in _fired:
-            return
-        _fired.add(point)
+        with _fired_lock:
+            if point in _fired:
+                return
+            _fired.add(point)
         action = action[len("once-") :]
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

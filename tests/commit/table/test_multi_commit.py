@@ -4,10 +4,14 @@ reading every table back; a filesystem catalog refuses."""
 
 from __future__ import annotations
 
+import threading
+from typing import Any
+
 import pytest
 
 from calving.commit import faults
 from calving.commit.errors import (
+    CalvingError,
     CommitStateUnknownError,
     UnsupportedFeatureError,
 )
@@ -40,6 +44,30 @@ def _appends(tables: list[Table], first: int, **kw) -> list[TableCommit]:
 
 def _snapshots(tables: list[Table]) -> list[int]:
     return [len(t.refresh().metadata.snapshots) for t in tables]
+
+
+def _metadata_files(tables: list[Table]) -> list[list[str]]:
+    """Every file in each table's metadata directory: what a try stages."""
+    return [t.io.list_prefix(t.metadata.location + "/metadata/") for t in tables]
+
+
+class _Broken(CalvingError):
+    """Not a commit outcome (and not known clean): raised to the caller."""
+
+
+class _Wrapped:
+    """An action whose ``plan`` runs ``before(ident)`` first, then the real one's."""
+
+    def __init__(self, commit: TableCommit, before: Any) -> None:
+        self.action, self.ident, self.before = commit.action, commit.ident, before
+
+    def plan(self, base: Any, io: Any, commit_id: str) -> Any:
+        self.before(self.ident)
+        return self.action.plan(base, io, commit_id)
+
+
+def _wrap(commits: list[TableCommit], before: Any) -> list[TableCommit]:
+    return [TableCommit(c.ident, _Wrapped(c, before)) for c in commits]
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -92,11 +120,44 @@ def test_a_table_that_cannot_apply_leaves_every_table_unchanged(catalog):
     stale = LedgerClaim("w", {("t", 0): OffsetRange(3, 8)})
     commits = _appends(tables, 2, ledger=stale)
     before = [t.refresh().metadata_location for t in tables]
+    files = _metadata_files(tables)
     outcomes = commit_tables(catalog, catalog.io, commits)
     assert all(isinstance(o, Conflicted) for o in outcomes.values())
-    culprits = [o for o in outcomes.values() if "not committed:" not in str(o.error)]
-    assert len(culprits) == 1  # the first table found stale; the others name it
+    culprits = [i[-1] for i, o in outcomes.items() if "not committed:" not in str(o.error)]
+    assert culprits == ["orders"]  # the first table in input order; the others name it
+    assert [o.attempts for o in outcomes.values()] == [1, 0, 0]  # as one after another
     assert [t.refresh().metadata_location for t in tables] == before
+    assert _metadata_files(tables) == files
+
+
+def test_tables_are_built_at_once(catalog):
+    """Each table's build waits until every table's has started: only builds that run
+    at the same time get past it (one after another, the first would wait alone)."""
+    tables = _tables(catalog)
+    meeting = threading.Barrier(len(tables), timeout=10)
+    commits = _wrap(_appends(tables, 1), lambda ident: meeting.wait())
+    outcomes = commit_tables(catalog, catalog.io, commits)
+    assert all(isinstance(o, Committed) for o in outcomes.values())
+    assert _snapshots(tables) == [1, 1, 1]
+
+
+def test_a_failing_build_leaves_nothing_committed_and_nothing_staged(catalog):
+    """The first table (in input order) whose build fails decides, as if built one
+    after another; the other tables' tries, written meanwhile, are cleaned up."""
+    tables = _tables(catalog)
+    commits = _appends(tables, 1)
+    before = _metadata_files(tables)
+
+    def fail(ident):
+        if ident[-1] != "orders":  # orders builds and writes its files
+            raise _Broken(f"cannot build {ident[-1]}")
+
+    with pytest.raises(_Broken, match="cannot build lines"):
+        commit_tables(catalog, catalog.io, _wrap(commits, fail))
+    assert _snapshots(tables) == [0, 0, 0]
+    assert _metadata_files(tables) == before
+    outcomes = commit_tables(catalog, catalog.io, commits)  # the same files, again
+    assert all(isinstance(o, Committed) for o in outcomes.values())
 
 
 def test_a_replayed_table_is_skipped_and_the_others_commit(catalog):

@@ -36,6 +36,7 @@ from calving.ingest.config.preflight import check_metrics_port, validate_before_
 from calving.ingest.config.runtime import SparkConfig
 from calving.ingest.config.source import SourceConfig
 from calving.ingest.config.source_check import check_source
+from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
 from calving.ingest.metrics import many_metrics_for, metrics_for
 from calving.ingest.sink.coordinator import BatchStats
@@ -405,6 +406,12 @@ def build_pipeline(
     return Pipeline(config, session, sink.table, sink, maintainer=maintainer, path=path)
 
 
+def avro_reader(config: CalvingConfig) -> ConfluentAvroReader | None:
+    """Reads Confluent Avro with the format's schemas (``debezium-avro``), else None."""
+    source = config.format.schema_source()
+    return ConfluentAvroReader(source) if source is not None else None
+
+
 def many_maintainer(
     config: CalvingConfig, sink: ManyTablesSink, session: Any
 ) -> ManyMaintainer | None:
@@ -473,6 +480,7 @@ def build_many_sink(
                 config.source.source_options(),
                 sink_cfg.transaction_timeout_seconds,
                 sink_cfg.topic_prefix,
+                avro=avro_reader(config),
             )
             if sink_cfg.transaction_topic
             else None

@@ -22,7 +22,7 @@ import datetime as dt
 import json
 import random
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -37,13 +37,18 @@ _MICRO_TS = "io.debezium.time.MicroTimestamp"
 @dataclass(frozen=True)
 class Column:
     name: str
-    #: Kafka Connect type: int32, int64, string, boolean, float32, float64, decimal, timestamp.
+    #: Kafka Connect type: int32, int64, string, boolean, float32, float64, decimal,
+    #: timestamp, or struct (of ``fields``).
     type: str
     optional: bool = True
     scale: int = 2
     precision: int = 12
+    fields: tuple[Column, ...] = ()
 
     def schema(self) -> dict[str, Any]:
+        if self.type == "struct":
+            return {"type": "struct", "optional": self.optional, "name": f"demo.{self.name}",
+                    "fields": [f.schema() for f in self.fields], "field": self.name}  # fmt: skip
         if self.type == "decimal":
             params = {"scale": str(self.scale), "connect.decimal.precision": str(self.precision)}
             return {
@@ -69,12 +74,18 @@ class Column:
                  "connect.name": _DECIMAL}  # fmt: skip
         elif self.type == "timestamp":
             t = {"type": "long", "connect.version": 1, "connect.name": _MICRO_TS}
+        elif self.type == "struct":
+            t = {"type": "record", "name": f"{self.name}_struct", "connect.name": f"demo.{self.name}",
+                 "fields": [{"name": f.name, "type": f.avro_type(),
+                             **({"default": None} if f.optional else {})} for f in self.fields]}  # fmt: skip
         else:
             t = _AVRO_PRIMITIVES[self.type]
         return ["null", t] if self.optional else t
 
     def avro_value(self, value: Any) -> Any:
         """A Python value -> what fastavro writes for ``avro_type``."""
+        if value is not None and self.type == "struct":
+            return {f.name: f.avro_value(value.get(f.name)) for f in self.fields}
         if value is None or self.type != "timestamp":
             return Decimal(value) if self.type == "decimal" and value is not None else value
         return self.encode(value)
@@ -83,6 +94,8 @@ class Column:
         """A Python value -> the JSON converter's payload value."""
         if value is None:
             return None
+        if self.type == "struct":
+            return {f.name: f.encode(value.get(f.name)) for f in self.fields}
         if self.type == "decimal":
             unscaled = int((Decimal(value) * (10**self.scale)).to_integral_value())
             size = max(1, (unscaled.bit_length() + 8) // 8)
@@ -274,6 +287,23 @@ class SourceDatabase:
     def add_column(self, table: str, column: Column) -> None:
         self.tables[table].columns.append(column)
 
+    def add_nested_field(self, table: str, column: str, added: Column) -> None:
+        """A field added inside struct ``column``; rows so far have no value for it."""
+        t = self.tables[table]
+        t.columns = [
+            replace(c, fields=(*c.fields, added)) if c.name == column else c for c in t.columns
+        ]
+        for row in t.rows.values():
+            if row.get(column) is not None:
+                row[column] = {**row[column], added.name: None}
+
+    def drop_column(self, table: str, name: str) -> None:
+        """The source drops a column (its events stop carrying it)."""
+        t = self.tables[table]
+        t.columns = [c for c in t.columns if c.name != name]
+        for row in t.rows.values():
+            row.pop(name, None)
+
     def change_type(self, table: str, name: str, new_type: str) -> None:
         t = self.tables[table]
         t.columns = [
@@ -368,6 +398,13 @@ class SourceDatabase:
         end = {"status": "END", "id": txn.id, "event_count": sum(counts.values()),
                "data_collections": collections}  # fmt: skip
         records = self.pending.setdefault(topic, [])
+        if self.schema_dir is not None:  # Debezium's Avro converter writes them in Avro
+            key = self._framed(_TXN_KEY_AVRO, {"id": txn.id})
+            for doc in (begin, end):
+                records.append(
+                    (0, key, self._framed(_TXN_VALUE_AVRO, {**doc, "ts_ms": self.lsn}), None)
+                )
+            return
         records.append((0, key, _dumps(begin), None))
         records.append((0, key, _dumps(end), None))
 
@@ -380,6 +417,27 @@ class SourceDatabase:
         t = self.tables[table]
         names = columns or t.column_names
         return sorted(tuple(row.get(c) for c in names) for row in t.rows.values())
+
+
+#: Debezium's transaction topic schemas as its Avro converter registers them.
+_TXN_KEY_AVRO = {"type": "record", "name": "TransactionMetadataKey",
+                 "namespace": "io.debezium.connector.common",
+                 "fields": [{"name": "id", "type": "string"}]}  # fmt: skip
+_TXN_VALUE_AVRO = {
+    "type": "record", "name": "TransactionMetadataValue",
+    "namespace": "io.debezium.connector.common",
+    "fields": [
+        {"name": "status", "type": "string"},
+        {"name": "id", "type": "string"},
+        {"name": "event_count", "type": ["null", "long"], "default": None},
+        {"name": "data_collections", "default": None, "type": ["null", {
+            "type": "array", "items": {
+                "type": "record", "name": "ConnectDefault", "namespace": "io.confluent.connect.avro",
+                "fields": [{"name": "data_collection", "type": "string"},
+                           {"name": "event_count", "type": "long"}]}}]},
+        {"name": "ts_ms", "type": "long"},
+    ],
+}  # fmt: skip
 
 
 def _dumps(doc: Any) -> bytes:
@@ -536,6 +594,8 @@ class ShopWorkload:
             return self.rng.random() < 0.5
         if c.type == "decimal":
             return Decimal(self.rng.randint(0, 99999)) / 100
+        if c.type == "struct":
+            return {f.name: self._value(f) for f in c.fields}
         return None
 
     def steps(self, n: int) -> Iterator[None]:

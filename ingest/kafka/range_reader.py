@@ -29,6 +29,8 @@ _log = logging.getLogger("calving.ingest.kafka")
 CONSUME_BATCH = 5_000
 ARROW_BATCH_ROWS = 10_000
 ARROW_BATCH_BYTES = 16 * 1024 * 1024
+#: librdkafka's ``fetch.wait.max.ms`` for range reads (unless ``kafka.fetch.wait.max.ms``).
+FETCH_WAIT_MAX_MS = 10
 #: How long one consume() call waits; the read gives up after ``poll_timeout_s`` idle.
 _CONSUME_WAIT_S = 0.5
 
@@ -75,6 +77,10 @@ def consumer_config(options: KafkaSourceOptions) -> dict[str, Any]:
         "auto.offset.reset": "error",
     }
     config.setdefault("group.id", f"{options.group_id_prefix}-{uuid.uuid4().hex[:12]}")
+    # A range is planned below the partition's end, so a fetch never needs to wait for
+    # new records; a long-polling fetch of the range read before would hold the next
+    # range's first fetch back by up to fetch.wait.max.ms (500 ms by default).
+    config.setdefault("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
     return config
 
 
@@ -175,6 +181,8 @@ class RangeReader:
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
         self._consumer: Any = None
+        #: Topics whose metadata the consumer holds (None: not asked yet).
+        self._known: set[str] | None = None
 
     def read(self, offset_range: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """Like ``read_range``, on the shared consumer."""
@@ -182,14 +190,35 @@ class RangeReader:
             return
         if self._consumer is None:
             self._consumer = _new_consumer(self.options)
+        self._know(offset_range.topic)
         yield from _RangeRead(
             self._consumer, self.options, offset_range, schema, shared=True
         ).batches()
+
+    def _know(self, topic: str) -> None:
+        """Fetch the topic's metadata before assigning it: a consumer re-assigned to a
+        topic it has no metadata for waited about a second for it (librdkafka against
+        the embedded broker), per range. All topics in one request first, then any
+        topic created since on its own. A failure is left to the read to report."""
+        from confluent_kafka import KafkaException
+
+        if self._known is not None and topic in self._known:
+            return
+        try:
+            if self._known is None:
+                found = self._consumer.list_topics(timeout=self.options.poll_timeout_s)
+                self._known = set(found.topics)
+            if topic not in self._known:
+                found = self._consumer.list_topics(topic, timeout=self.options.poll_timeout_s)
+                self._known |= set(found.topics)
+        except KafkaException as err:
+            _log.debug("metadata of %s not fetched ahead: %s", topic, err)
 
     def close(self) -> None:
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+            self._known = None
 
     def __enter__(self) -> Self:
         return self

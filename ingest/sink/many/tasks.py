@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.decode.batch import DEAD_LETTER_SCHEMA, META_COLUMNS
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
@@ -162,6 +163,7 @@ def _records(
     scope: TransactionScope | None = None,
     runs: RunBuilder | None = None,
     reader: RangeReader | None = None,
+    avro: ConfluentAvroReader | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """The records of ``ranges`` (on ``reader``'s consumer, else one per range); with a
     ``scope``, each topic-partition only up to its first record outside it (the rest is
@@ -173,7 +175,7 @@ def _records(
         for rb in batches:
             if scope is not None and runs is not None:
                 offsets = rb.column("offset").to_pylist()
-                ids = transaction_ids(rb.column("value").to_pylist())
+                ids = transaction_ids(rb.column("value").to_pylist(), avro)
                 cut = scope.cut(tp, offsets, ids)
                 runs.add(tp, offsets[:cut], ids[:cut])
                 if cut < rb.num_rows:
@@ -197,7 +199,8 @@ def table_messages(
     task = plan.plan
     io = task.file_io()
     runs = RunBuilder() if plan.scope is not None else None
-    records = _records(options, ranges, sniffer, plan.scope, runs, reader)
+    avro = getattr(task.decoder, "reader", None)  # debezium-avro: read transaction ids
+    records = _records(options, ranges, sniffer, plan.scope, runs, reader, avro)
     if plan.stopped is not None:
         dead = _all_dead(plan, records)
         return dead + sniffer.messages() + ([runs.message()] if runs is not None else [])

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calving.commit.table.ledger import TopicPartition
+from calving.ingest.decode.avro_confluent import ConfluentAvroReader
+from calving.ingest.decode.batch import Reject
 from calving.ingest.decode.connect_envelope import is_connect_envelope
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
@@ -49,8 +51,13 @@ TRANSACTION_OFFSET = "calving.source.transaction-offset"
 _TXN_ID = re.compile(rb'"transaction":\{"id":"((?:[^"\\]|\\.)*)"')
 
 
-def transaction_ids(values: Iterable[bytes | None]) -> list[str | None]:
-    """Each change event's ``transaction.id`` (None: no block, a tombstone)."""
+def transaction_ids(
+    values: Iterable[bytes | None], avro: ConfluentAvroReader | None = None
+) -> list[str | None]:
+    """Each change event's ``transaction.id`` (None: no block, a tombstone). ``avro``:
+    the events are Confluent Avro (``debezium-avro``), read with their writer schemas."""
+    if avro is not None:
+        return [_avro_id(v, avro) for v in values]
     out: list[str | None] = []
     for v in values:
         if v is None:
@@ -68,6 +75,19 @@ def transaction_ids(values: Iterable[bytes | None]) -> list[str | None]:
         else:
             out.append(_parsed_id(v))
     return out
+
+
+def _avro_id(value: bytes | None, avro: ConfluentAvroReader) -> str | None:
+    """An Avro change event's ``transaction.id``; None for a tombstone, an event without
+    the block, or bytes that do not decode (the decode stage dead-letters those)."""
+    if value is None:
+        return None
+    try:
+        _, record = avro.read(value)
+    except Reject:
+        return None
+    block = record.get("transaction") if isinstance(record, dict) else None
+    return str(block["id"]) if isinstance(block, dict) and "id" in block else None
 
 
 def _parsed_id(value: bytes) -> str | None:
@@ -134,12 +154,22 @@ class EndMarker:
     counts: Mapping[str, int]
 
 
-def end_marker(offset: int, value: bytes | None) -> EndMarker | None:
-    """An ``END`` record of the transaction topic, or None (``BEGIN``, anything else)."""
-    try:
-        doc = json.loads(value) if value is not None else None
-    except ValueError:
-        return None
+def end_marker(
+    offset: int, value: bytes | None, avro: ConfluentAvroReader | None = None
+) -> EndMarker | None:
+    """An ``END`` record of the transaction topic, or None (``BEGIN``, anything else).
+    ``avro``: Confluent Avro markers (Debezium's Avro converter) are read with it."""
+    doc: Any
+    if value is not None and avro is not None and value[:1] == b"\x00":
+        try:
+            _, doc = avro.read(value)
+        except Reject:
+            return None
+    else:
+        try:
+            doc = json.loads(value) if value is not None else None
+        except ValueError:
+            return None
     if is_connect_envelope(doc):
         doc = doc["payload"]
     if not isinstance(doc, dict) or doc.get("status") != "END":
@@ -276,8 +306,11 @@ class TransactionTracker:
         options: KafkaSourceOptions,
         timeout_s: float,
         topic_prefix: str | None = None,
+        avro: ConfluentAvroReader | None = None,
     ) -> None:
         self.topic = topic
+        #: Reads Confluent Avro markers (``debezium-avro``); JSON ones are read either way.
+        self.avro = avro
         #: Debezium's ``topic.prefix``: a data collection no event named yet is topic
         #: ``<topic_prefix>.<collection>`` (``[sink] topic_prefix``, or the transaction
         #: topic's name without ``.transaction``).
@@ -391,7 +424,7 @@ class TransactionTracker:
         for rb in read_range(self.options, span, schema):
             offsets = rb.column("offset").to_pylist()
             for offset, value in zip(offsets, rb.column("value").to_pylist()):
-                marker = end_marker(offset, value)
+                marker = end_marker(offset, value, self.avro)
                 if marker is not None:
                     self.pending.append(marker)
         self.read_to = latest

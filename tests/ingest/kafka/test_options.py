@@ -118,3 +118,7 @@ def test_consumer_config_owns_commit_and_reset_settings() -> None:
     assert config["group.id"].startswith("calving-kafka-source-")
     named = consumer_config(parse(subscribe="a", **{"kafka.group.id": "mine"}))
     assert named["group.id"] == "mine"
+    # Ranges are planned below the end: no fetch long-polls for new records.
+    assert config["fetch.wait.max.ms"] == 10
+    mine = consumer_config(parse(subscribe="a", **{"kafka.fetch.wait.max.ms": "200"}))
+    assert mine["fetch.wait.max.ms"] == "200"

@@ -151,3 +151,23 @@ def test_one_consumer_reads_many_ranges_in_turn(
             prefix = "b" if r.topic == b else f"a{r.partition}-"
             want = [f"{prefix}{i}".encode() for i in range(r.start, r.end)]
             assert table.column("value").to_pylist() == want, r
+
+
+def test_a_topic_created_after_the_first_read_is_read_on_the_same_consumer(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    """The reader fetches every topic's metadata before its first assign (a consumer
+    re-assigned to a topic it knew nothing of waited about a second per range); a topic
+    created since is asked for on its own."""
+    a = make_topic()
+    produce(broker.bootstrap_servers, a, [(0, None, f"a{i}".encode(), None) for i in range(5)])
+    schema = kafka_arrow_schema(False)
+    with RangeReader(options(broker)) as reader:
+        first = pa.Table.from_batches(list(reader.read(OffsetRange(a, 0, 0, 5), schema)), schema)
+        assert reader._known is not None and a in reader._known
+        c = make_topic()
+        produce(broker.bootstrap_servers, c, [(0, None, f"c{i}".encode(), None) for i in range(3)])
+        later = pa.Table.from_batches(list(reader.read(OffsetRange(c, 0, 0, 3), schema)), schema)
+        assert c in reader._known
+    assert first.column("value").to_pylist() == [f"a{i}".encode() for i in range(5)]
+    assert later.column("value").to_pylist() == [b"c0", b"c1", b"c2"]

@@ -10,11 +10,13 @@ import pytest
 
 from calving.commit.catalog.base import TableIdent
 from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.errors import CatalogUnavailableError
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.ledger import LedgerClaim, OffsetRange
 from calving.commit.table.multi_commit import TableCommit
 from calving.commit.table.table import Table, create_table
 from calving.ingest.sink.many.registry import WriterRegistry, complete_key, entry_key
+from calving.ingest.sink.many.start import LedgerUnreadableError
 from tests.ingest.sink.many.test_start_ledger import WRITER, _ledgered, _sink
 from tests.support.tables import EVENTS, events_spec, row, write_partitioned
 
@@ -155,3 +157,43 @@ def test_a_name_too_long_for_a_key_is_registered_by_its_hash(tmp_path: Any) -> N
     keys = [k for k in catalog.namespace_properties(("db",)) if "sha256" in k]
     assert len(keys) == 1 and len(keys[0]) <= 255
     assert WriterRegistry(catalog, WRITER).registered() == [("db", name)]
+
+
+class FlakyRegistryCatalog(CountingCatalog):
+    """The catalog is unavailable for the first ``failures`` registry reads."""
+
+    def __init__(self, *args: Any, failures: int, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.failures = failures
+
+    def properties_with_prefix(self, prefix: str) -> dict[tuple[str, ...], dict[str, str]]:
+        if self.failures > 0:
+            self.failures -= 1
+            raise CatalogUnavailableError("catalog unavailable (injected)")
+        return super().properties_with_prefix(prefix)
+
+
+@pytest.mark.parametrize(("failures", "starts"), [(1, True), (9, False)])
+def test_a_catalog_failing_during_start_is_retried_then_stops_the_start(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, failures: int, starts: bool
+) -> None:
+    from calving.ingest.sink.many import start as many_start
+
+    monkeypatch.setattr(many_start, "LOAD_RETRY_DELAYS", (0.01, 0.01))
+    setup = _catalog(tmp_path)
+    setup.create_namespace(("db",))
+    _ledgered(setup, "ahead", 50)
+    _ledgered(setup, "behind", 20)
+    assert _sink(setup).starting_ledger() == {("t", 0): 20}  # the registry is written
+    (tmp_path / "warehouse").mkdir(exist_ok=True)
+    flaky = FlakyRegistryCatalog(
+        "t", f"sqlite:///{tmp_path}/catalog.db", str(tmp_path / "warehouse"), failures=failures
+    )
+    if starts:
+        sink = _sink(flaky)
+        assert sink.starting_ledger() == {("t", 0): 20}
+        assert sink.registry.found_by == "registry" and flaky.failures == 0
+        return
+    with pytest.raises(LedgerUnreadableError) as err:
+        _sink(flaky).starting_ledger()
+    assert str(err.value).startswith("cannot read writer db's registry after 3 tries")

@@ -156,6 +156,7 @@ def test_many_tables_start_bench_at_a_tiny_size():
     assert among > 0 and alone > 0 and scanned > 0
 
 
+@pytest.mark.integration  # a child Python process per mode
 def test_many_tables_memory_bench_at_a_tiny_size():
     from tests.bench import many_tables_memory
 

@@ -55,26 +55,27 @@ def transaction_ids(
     values: Iterable[bytes | None], avro: ConfluentAvroReader | None = None
 ) -> list[str | None]:
     """Each change event's ``transaction.id`` (None: no block, a tombstone). ``avro``:
-    the events are Confluent Avro (``debezium-avro``), read with their writer schemas."""
-    if avro is not None:
-        return [_avro_id(v, avro) for v in values]
-    out: list[str | None] = []
-    for v in values:
-        if v is None:
-            out.append(None)
-            continue
-        at = v.rfind(b'"transaction":')
-        if at < 0:
-            out.append(None)
-            continue
-        m = _TXN_ID.match(v, at)
-        if m is not None:
-            out.append(json.loads(b'"' + m.group(1) + b'"'))
-        elif v.startswith(b'"transaction":null', at):
-            out.append(None)
-        else:
-            out.append(_parsed_id(v))
-    return out
+    values framed as Confluent Avro (``debezium-avro``) are read with their writer
+    schemas; the others are read as JSON."""
+    return [
+        _avro_id(v, avro) if avro is not None and v is not None and v[:1] == b"\x00"
+        else _json_id(v)
+        for v in values
+    ]  # fmt: skip
+
+
+def _json_id(v: bytes | None) -> str | None:
+    if v is None:
+        return None
+    at = v.rfind(b'"transaction":')
+    if at < 0:
+        return None
+    m = _TXN_ID.match(v, at)
+    if m is not None:
+        return str(json.loads(b'"' + m.group(1) + b'"'))
+    if v.startswith(b'"transaction":null', at):
+        return None
+    return _parsed_id(v)
 
 
 def _avro_id(value: bytes | None, avro: ConfluentAvroReader) -> str | None:

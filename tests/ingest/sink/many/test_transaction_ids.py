@@ -53,3 +53,11 @@ def test_avro_events_without_a_reader_have_no_transaction(tmp_path: Path) -> Non
     db = _database(tmp_path, avro=True)
     values = [v for _, _, v, _ in db.take_records()["p.inventory.a"]]
     assert transaction_ids(values) == [None] * len(values)  # the JSON reading of Avro bytes
+
+
+def test_json_events_read_with_a_schema_source_configured(tmp_path: Path) -> None:
+    """``debezium-json`` values with a schema source (for Avro keys): still JSON."""
+    avro_db = _database(tmp_path, avro=True)
+    reader = ConfluentAvroReader(open_schema_source(str(avro_db.schema_dir)))
+    values = [v for _, _, v, _ in _database(tmp_path, avro=False).take_records()["p.inventory.a"]]
+    assert transaction_ids(values, reader) == ["1:1000", "1:1000", "2:1003", None]

@@ -12,13 +12,11 @@ import time
 from calving.commit.catalog.base import Catalog
 from calving.commit.io import FileIO
 from calving.commit.maintenance.health import TableHealth, table_health
-from calving.commit.table.ledger import read_ledger
+from calving.commit.table.ledger import SUMMARY_WRITER, read_ledger
 from calving.commit.table.table import Table
 from calving.ingest.show import default_target_file_bytes, human_bytes, text_table, utc_time
 from calving.ingest.sink.many import start
 from calving.ingest.sink.many.registry import WriterRegistry
-
-WRITER_ID_SUMMARY = "calving.writer-id"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +44,7 @@ def writer_tables(catalog: Catalog, io: FileIO, writer_id: str) -> tuple[list[Ta
 def summarize(table: Table, writer_id: str, target: int | None) -> WriterTable:
     m = table.metadata
     ledger = read_ledger(m, writer_id)
-    own = [s.timestamp_ms for s in m.snapshots if s.summary.get(WRITER_ID_SUMMARY) == writer_id]
+    own = [s.timestamp_ms for s in m.snapshots if s.summary.get(SUMMARY_WRITER) == writer_id]
     health = table_health(
         table.io, m, table.metadata_location, target or default_target_file_bytes(table)
     )

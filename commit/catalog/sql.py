@@ -212,7 +212,7 @@ class SqlCatalog(Catalog):
     # ------------------------------------------------------------ namespaces
 
     def _namespaces_at_or_below(self, conn: sa.Connection, namespace: str) -> set[str]:
-        like = namespace.replace("!", "!!").replace("_", "!_").replace("%", "!%") + ".%"
+        like = _like_escaped(namespace) + ".%"
         found: set[str] = set()
         for catalog_column, column in (
             (_P.catalog_name, _P.namespace),
@@ -230,6 +230,16 @@ class SqlCatalog(Catalog):
             found |= {r[0] for r in rows if r[0] == namespace or r[0].startswith(namespace + ".")}
         return found
 
+    def _insert_properties(self, conn: sa.Connection, ns: str, props: Mapping[str, str]) -> None:
+        conn.execute(
+            NAMESPACE_PROPERTIES.insert(),
+            [
+                {"catalog_name": self.name, "namespace": ns, "property_key": k,
+                 "property_value": v}
+                for k, v in props.items()
+            ],
+        )  # fmt: skip
+
     def _exists(self, conn: sa.Connection, namespace: str) -> bool:
         return bool(self._namespaces_at_or_below(conn, namespace))
 
@@ -246,18 +256,7 @@ class SqlCatalog(Catalog):
         def run(conn: sa.Connection) -> None:
             if self._exists(conn, ns):
                 raise NamespaceAlreadyExistsError(f"namespace {ns} already exists")
-            conn.execute(
-                NAMESPACE_PROPERTIES.insert(),
-                [
-                    {
-                        "catalog_name": self.name,
-                        "namespace": ns,
-                        "property_key": k,
-                        "property_value": v,
-                    }
-                    for k, v in props.items()
-                ],
-            )
+            self._insert_properties(conn, ns, props)
 
         try:
             self._write(f"create namespace {ns}", run)
@@ -320,18 +319,7 @@ class SqlCatalog(Catalog):
                     )
                 )
             if updates:
-                conn.execute(
-                    NAMESPACE_PROPERTIES.insert(),
-                    [
-                        {
-                            "catalog_name": self.name,
-                            "namespace": ns,
-                            "property_key": k,
-                            "property_value": v,
-                        }
-                        for k, v in updates.items()
-                    ],
-                )
+                self._insert_properties(conn, ns, updates)
 
         # Two writers inserting the same new key: the later one's INSERT conflicts after
         # the earlier committed; its DELETE then sees the row, so one more try lands.
@@ -344,7 +332,7 @@ class SqlCatalog(Catalog):
                     raise
 
     def properties_with_prefix(self, prefix: str) -> dict[Namespace, dict[str, str]]:
-        like = prefix.replace("!", "!!").replace("_", "!_").replace("%", "!%") + "%"
+        like = _like_escaped(prefix) + "%"
 
         def run(conn: sa.Connection) -> dict[Namespace, dict[str, str]]:
             rows = conn.execute(
@@ -649,3 +637,8 @@ class SqlCatalog(Catalog):
             self.io.delete(location)
         except CalvingError as err:
             log.warning("could not delete uncommitted metadata file %s: %s", location, err)
+
+
+def _like_escaped(text: str) -> str:
+    """``text`` for a LIKE pattern with ``escape="!"``: its wildcards match themselves."""
+    return text.replace("!", "!!").replace("_", "!_").replace("%", "!%")

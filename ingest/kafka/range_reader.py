@@ -106,15 +106,16 @@ class _Columns:
     def __len__(self) -> int:
         return len(self.offsets)
 
-    def extend(self, messages: list[Any]) -> None:
-        """Add records (error-free, in offset order). One comprehension per column costs
-        far less than a Python call per record."""
+    def extend(self, messages: list[Any], offsets: list[int] | None = None) -> None:
+        """Add records (error-free, in offset order; ``offsets``: theirs, if read
+        already). One comprehension per column costs far less than a Python call per
+        record."""
         keys = [m.key() for m in messages]
         values = [m.value() for m in messages]
         stamps = [m.timestamp() for m in messages]
         self.keys += keys
         self.values += values
-        self.offsets += [m.offset() for m in messages]
+        self.offsets += [m.offset() for m in messages] if offsets is None else offsets
         # confluent-kafka: 0 none, 1 create time, 2 log-append time; Spark (Java) ids are
         # -1, 0, 1. Spark keeps the raw -1 ms of "no timestamp" too.
         self.timestamps += [millis * 1000 for _, millis in stamps]
@@ -272,6 +273,14 @@ class _RangeRead:
                     if m.topic() is None
                     or (m.partition() == self.partition and m.topic() == self.topic)
                 ]
+            offsets = self._in_order(messages)
+            if offsets is not None:  # the common case: every record is the range's next
+                self.columns.extend(messages, offsets)
+                self.next_offset = offsets[-1] + 1
+                self.head_checked = True
+                if self.columns.full():
+                    yield self.columns.to_batch(self.schema)
+                continue
             accepted = []
             for message in messages:
                 error = message.error()
@@ -299,6 +308,22 @@ class _RangeRead:
                 yield self.columns.to_batch(self.schema)
         if len(self.columns):
             yield self.columns.to_batch(self.schema)
+
+    def _in_order(self, messages: list[Any]) -> list[int] | None:
+        """The offsets of ``messages`` when all of them are records to take as they
+        are: no error or partition-end event, the first at the next offset wanted (or
+        past it once the head was checked), the last before the range's end. None: the
+        record-by-record loop decides. One pass per column instead of a Python step per
+        record (a partition's offsets only grow)."""
+        if not messages or None in map(_no_error, messages):
+            return None
+        offsets = [m.offset() for m in messages]
+        first, last = offsets[0], offsets[-1]
+        if first < self.next_offset or last >= self.end:
+            return None
+        if first > self.next_offset and not self.head_checked:
+            return None
+        return offsets
 
     def _assign(self, offset: int) -> None:
         from confluent_kafka import TopicPartition
@@ -369,3 +394,9 @@ class _RangeRead:
             self.partition,
             detail,
         )
+
+
+def _no_error(message: Any) -> bool | None:
+    """True for a record, None for an error or partition-end event (``None in map``
+    stops at the first)."""
+    return True if message.error() is None else None

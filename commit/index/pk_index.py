@@ -345,13 +345,10 @@ class PrimaryKeyIndex:
         n = len(encoded)
         self._settle()
         hashes = self.hasher.hash(encoded)
-        order = np.argsort(hashes, kind="stable")  # sorted probes walk memory in order
+        runs = [run for run in (self._base, self._delta) if len(run)]
+        order = self._probe_order(hashes, runs)
         sorted_hashes = hashes[order]
-        parts = [
-            self._probe(run, sorted_hashes, order, encoded)
-            for run in (self._base, self._delta)
-            if len(run)
-        ]
+        parts = [self._probe(run, sorted_hashes, order, encoded) for run in runs]
         if parts:
             key_rows = np.concatenate([p[0] for p in parts])
             file_ids = np.concatenate([p[1] for p in parts])
@@ -366,10 +363,35 @@ class PrimaryKeyIndex:
         found[key_rows] = True
         return Matches(found, key_rows, file_ids, positions, self._paths)
 
+    def _probe_order(self, hashes: np.ndarray, runs: Sequence[_Run]) -> np.ndarray:
+        """The key rows to probe, in hash order (sorted probes walk memory in order).
+        A key whose hash lies outside every (sorted) run's first..last hash is in no
+        run: with int keys, which hash in key order, such keys are left out before the
+        sort, so a batch of keys past every indexed one (an initial snapshot read in key
+        order) sorts and searches nothing. Byte keys hash at random: no key is left out
+        that way, so they skip the test."""
+        if not runs:
+            return np.empty(0, np.int64)
+        if not self.codec.int_mode:
+            return np.argsort(hashes, kind="stable")
+        inside = np.zeros(len(hashes), bool)
+        for run in runs:
+            inside |= (hashes >= run.hashes[0]) & (hashes <= run.hashes[-1])
+        rows: np.ndarray = np.flatnonzero(inside)
+        ordered: np.ndarray = rows[np.argsort(hashes[rows], kind="stable")]
+        return ordered
+
     def _probe(
         self, run: _Run, probes: np.ndarray, order: np.ndarray, keys: Keys
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         size = len(run)
+        # Only probes within the run's hash range can match: with int keys (hashed in
+        # order) a batch of keys past every indexed one, as an initial snapshot read in
+        # key order brings, skips the search.
+        first = int(np.searchsorted(probes, run.hashes[0], "left"))
+        last = int(np.searchsorted(probes, run.hashes[-1], "right"))
+        if first > 0 or last < len(probes):
+            probes, order = probes[first:last], order[first:last]
         lo = np.searchsorted(run.hashes, probes, "left")
         at = np.minimum(lo, size - 1)
         hit = run.hashes[at] == probes

@@ -40,6 +40,25 @@ def test_a_duplicated_key_yields_every_live_position() -> None:
     ]
 
 
+def test_keys_outside_the_indexed_range_are_not_probed_and_edges_still_match() -> None:
+    """Int keys out of every run's hash range are left out before the probe sort; the
+    runs' first and last keys (the range's edges) must still be found, in base and delta
+    runs alike, and a key between two runs' ranges not."""
+    index = PrimaryKeyIndex([1], [LONG], min_merge_rows=4, merge_fraction=0.0)
+    index.add_file("base", _ids(*range(100, 200)))
+    index.lookup(_ids(0))  # settles "base" into one run
+    index.compact()
+    index.add_file("delta", _ids(500, 501, 900))
+    probe = [1_000, 99, 100, 199, 200, 499, 500, 900, 901, -(2**63), 2**63 - 1, 150]
+    matches = index.lookup(_ids(*probe))
+    assert matches.found.tolist() == [
+        False, False, True, True, False, False, True, True, False, False, False, True,
+    ]  # fmt: skip
+    found = sorted(zip(matches.key_rows.tolist(), map(matches.file_path, matches.file_ids)))
+    assert found == [(2, "base"), (3, "base"), (6, "delta"), (7, "delta"), (11, "base")]
+    assert index.lookup(_ids(*range(2_000, 3_000))).found.sum() == 0
+
+
 def test_lookups_on_empty_inputs() -> None:
     index = _index()
     assert index.lookup(_ids()).found.tolist() == []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from calving.commit.catalog.base import Catalog, TableIdent
+from calving.commit.catalog.metadata_cache import read_metadata_cached
 from calving.commit.io import FileIO, to_uri
 from calving.commit.spec.metadata import TableMetadata, serialize_metadata
 from calving.commit.spec.partition import UNPARTITIONED, PartitionSpec
@@ -96,6 +97,21 @@ class Table:
 
     def ledger(self, writer_id: str) -> dict[ledger.TopicPartition, int]:
         return ledger.read_ledger(self.metadata, writer_id)
+
+
+def refresh_tables(tables: Sequence[Table]) -> None:
+    """``Table.refresh`` for many tables, their metadata locations read from each
+    catalog together (one query per chunk of tables on SQL catalogs); only the tables
+    that moved read their metadata file (``NoSuchTableError`` for a dropped one)."""
+    by_catalog: dict[int, list[Table]] = {}
+    for table in tables:
+        by_catalog.setdefault(id(table.catalog), []).append(table)
+    for group in by_catalog.values():
+        locations = group[0].catalog.load_metadata_locations([t.ident for t in group])
+        for table, location in zip(group, locations):
+            if location != table.metadata_location:
+                table.metadata_location = location
+                table.metadata = read_metadata_cached(table.io, location)
 
 
 def new_table_metadata(

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from calving.commit.spec.metadata import serialize_metadata
 from calving.commit.table.ledger import read_ledger
-from calving.commit.table.table import Table
+from calving.commit.table.table import Table, refresh_tables
 from calving.ingest.config.format import FormatConfig, build_decoder
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES, DeadLetterTarget
@@ -59,6 +59,8 @@ class Planner:
         """A plan per topic of ``tables`` (topic -> its table); topics of one table share
         one plan."""
         target = self.dead_letters(already_sent)
+        # The batch's tables as the catalog has them now, read together.
+        refresh_tables(list({r.name: r.table for r in tables.values()}.values()))
         by_table: dict[str, TablePlan] = {}
         plans = {}
         for topic, routed in tables.items():
@@ -76,9 +78,10 @@ class Planner:
         scope: TransactionScope | None = None,
         judge: bool = True,
     ) -> TablePlan:
-        """How ``routed``'s records are written in batch ``batch_id`` (its table
-        refreshed; its decoder and metadata JSON made again only when it changed)."""
-        table = routed.table.refresh()
+        """How ``routed``'s records are written in batch ``batch_id`` (its table as
+        refreshed by ``plans``; its decoder and metadata JSON made again only when it
+        changed)."""
+        table = routed.table
         schema = table.metadata.schema
         if routed.decoder is None or routed.decoder[0] != schema.schema_id:
             routed.decoder = (schema.schema_id, build_decoder(self.format, schema))

@@ -207,3 +207,33 @@ def test_filesystem_catalog_refuses(fs_catalog):
     with pytest.raises(UnsupportedFeatureError, match="one transaction"):
         commit_tables(fs_catalog, fs_catalog.io, _appends(tables, 1))
     assert _snapshots(tables) == [0, 0, 0]
+
+
+def test_refresh_tables_reads_the_catalog_once_and_reloads_only_tables_that_moved(
+    catalog, monkeypatch
+):
+    """``refresh_tables``: one metadata-location read for all tables; a table another
+    writer moved gets its new metadata, the others keep theirs; a dropped one raises."""
+    from calving.commit.errors import NoSuchTableError
+    from calving.commit.table.table import refresh_tables
+
+    tables = _tables(catalog)
+    elsewhere = Table.load(catalog, tables[1].ident)  # another writer's view
+    elsewhere.commit_or_raise(_appends([elsewhere], 1)[0].action)
+    before = [(t.metadata_location, t.metadata) for t in tables]
+    reads: list[int] = []
+    real = type(catalog).load_metadata_locations
+    monkeypatch.setattr(
+        type(catalog),
+        "load_metadata_locations",
+        lambda self, idents: reads.append(len(idents)) or real(self, idents),
+    )
+    refresh_tables(tables)
+    assert reads == [3]
+    assert tables[1].metadata_location == elsewhere.metadata_location
+    assert len(tables[1].metadata.snapshots) == 1
+    for i in (0, 2):
+        assert tables[i].metadata is before[i][1]  # not read again
+    catalog.drop_table(tables[2].ident)
+    with pytest.raises(NoSuchTableError):
+        refresh_tables(tables)

@@ -51,6 +51,8 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "many_tables": _lazy("tests.bench.many_tables"),
     "many_tables_start": _lazy("tests.bench.many_tables_start"),
     "many_tables_memory": _lazy("tests.bench.many_tables_memory"),
+    # Issue 22's initial-snapshot figure, so ``-k many_tables`` runs it.
+    "many_tables_snapshot": _lazy("tests.bench.snapshot"),
     "cost": _lazy("tests.bench.cost"),
     "soak": _lazy("tests.bench.soak"),
 }

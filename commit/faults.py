@@ -2,8 +2,14 @@
 
 Arm from a test process with ``arm(point, action)`` or, for a child process, the
 environment variable ``CALVING_FAULTS="point=action[,point=action]"``. Actions:
-``kill`` (SIGKILL this process), ``raise`` (raise ``InjectedFault``), ``once-kill``
-/ ``once-raise`` (only the first time the point is reached in this process).
+``kill`` (SIGKILL this process), ``raise`` (raise ``InjectedFault``), ``transient``
+(raise ``InjectedTransientFault``, which callers retry like a catalog outage), and each
+of them prefixed ``once-`` (only the first time the point is reached in this process;
+``fired()`` names the points that fired so).
+
+``POINTS`` are the crash points of the commit protocol; ``START_POINTS`` are hit while a
+pipeline starts (``catalog-read-at-start``: before each catalog read of a many-table
+start, the writer registry and the tables holding the ledger).
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import os
 import signal
 import threading
 
-from calving.commit.errors import CalvingError
+from calving.commit.errors import CalvingError, Transient
 
 # The producer writes an attempt's Puffin files, manifests and manifest list in one
 # batch, so "after-puffin", "after-manifests" and "after-manifest-list" are hit in turn
@@ -28,11 +34,19 @@ POINTS = (
     "after-swap",
     "after-swap-before-checkpoint",
 )
+START_POINTS = ("catalog-read-at-start",)
 
 
 class InjectedFault(CalvingError):
     """Raised at an armed point in tests. Not retryable, not cleanable: like a crash."""
 
+
+class InjectedTransientFault(Transient):
+    """Raised at a point armed ``transient``: retryable, like a catalog that is briefly
+    unreachable."""
+
+
+ACTIONS = ("kill", "raise", "transient")
 
 _armed: dict[str, str] = {}
 _fired: set[str] = set()
@@ -50,9 +64,18 @@ def _load_env() -> None:
 
 
 def arm(point: str, action: str = "raise") -> None:
-    if point not in POINTS:
-        raise KeyError(f"unknown fault point {point!r}; known: {', '.join(POINTS)}")
+    if point not in POINTS + START_POINTS:
+        known = ", ".join(POINTS + START_POINTS)
+        raise KeyError(f"unknown fault point {point!r}; known: {known}")
+    if action.removeprefix("once-") not in ACTIONS:
+        raise KeyError(f"unknown fault action {action!r}; known: {', '.join(ACTIONS)}")
     _armed[point] = action
+
+
+def fired() -> frozenset[str]:
+    """The points armed ``once-...`` that have fired in this process."""
+    with _fired_lock:
+        return frozenset(_fired)
 
 
 def disarm_all() -> None:
@@ -75,4 +98,6 @@ def hit(point: str) -> None:
         action = action[len("once-") :]
     if action == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if action == "transient":
+        raise InjectedTransientFault(f"injected transient fault at {point}")
     raise InjectedFault(f"injected fault at {point}")

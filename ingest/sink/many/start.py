@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, TypeVar
 
+from calving.commit import faults
 from calving.commit.catalog.base import Catalog, TableIdent
 from calving.commit.errors import CalvingError, CatalogError, NoSuchTableError, Terminal, Transient
 from calving.commit.io import FileIO
@@ -67,9 +68,12 @@ def every_table(catalog: Catalog, io: FileIO) -> Iterable[Table]:
 
 def retried(what: str, read: Callable[[], _R], *, at_start: bool = True) -> _R:
     """``read()``, tried again after a transient catalog failure (``LOAD_RETRY_DELAYS``);
-    when it keeps failing, ``LedgerUnreadableError`` at start, else the last failure."""
+    when it keeps failing, ``LedgerUnreadableError`` at start, else the last failure.
+    At start each try passes the ``catalog-read-at-start`` fault point."""
     for attempt, delay in enumerate((*LOAD_RETRY_DELAYS, None)):
         try:
+            if at_start:
+                faults.hit("catalog-read-at-start")
             return read()
         except Transient as err:
             if delay is None:
@@ -90,6 +94,7 @@ def load_for_ledger(catalog: Catalog, ident: TableIdent, io: FileIO) -> Table | 
     name = ".".join(ident)
     for attempt, delay in enumerate((*LOAD_RETRY_DELAYS, None)):
         try:
+            faults.hit("catalog-read-at-start")
             return Table.load(catalog, ident, io)
         except NoSuchTableError:
             if not catalog.table_exists(ident):

@@ -197,3 +197,40 @@ def test_a_catalog_failing_during_start_is_retried_then_stops_the_start(
     with pytest.raises(LedgerUnreadableError) as err:
         _sink(flaky).starting_ledger()
     assert str(err.value).startswith("cannot read writer db's registry after 3 tries")
+
+
+@pytest.mark.parametrize(("action", "starts"), [("once-transient", True), ("transient", False)])
+def test_the_catalog_read_at_start_fault_point_fails_the_start_read(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch, action: str, starts: bool
+) -> None:
+    """``catalog-read-at-start`` (what the many-table fault scenarios arm through
+    ``CALVING_FAULTS``) fails the start's catalog reads with a transient error: once,
+    the start retries and goes on; every time, it stops."""
+    from calving.commit import faults
+    from calving.ingest.sink.many import start as many_start
+
+    monkeypatch.setattr(many_start, "LOAD_RETRY_DELAYS", (0.01, 0.01))
+    catalog = _catalog(tmp_path)
+    catalog.create_namespace(("db",))
+    _ledgered(catalog, "ahead", 50)
+    _ledgered(catalog, "behind", 20)
+    assert _sink(catalog).starting_ledger() == {("t", 0): 20}  # the registry is written
+    faults.arm("catalog-read-at-start", action)
+    try:
+        if starts:
+            sink = _sink(catalog)
+            assert sink.starting_ledger() == {("t", 0): 20}
+            assert sink.registry.found_by == "registry"
+            assert faults.fired() == {"catalog-read-at-start"}
+            return
+        with pytest.raises(LedgerUnreadableError, match="injected transient fault"):
+            _sink(catalog).starting_ledger()
+    finally:
+        faults.disarm_all()
+
+
+def test_an_unknown_fault_action_is_refused() -> None:
+    from calving.commit import faults
+
+    with pytest.raises(KeyError, match="unknown fault action"):
+        faults.arm("catalog-read-at-start", "once-flaky")

@@ -7,7 +7,9 @@ value), on the table's topic ``<prefix>.<schema>.<table>``, with the ``transacti
 block, and each committed transaction adds ``BEGIN`` / ``END`` records to
 ``<prefix>.transaction`` (``provide.transaction.metadata``). Deletes are followed by a
 tombstone. Schema changes (``add_column``, ``change_type``) change the schema the next
-events carry. ``expected(table)`` is what a replica must hold.
+events carry. ``snapshot`` loads rows into tables as Debezium's initial snapshot emits
+them (``op`` r, no transaction block, ``source.snapshot`` marking the first and last
+rows). ``expected(table)`` is what a replica must hold.
 
 ``ShopWorkload`` drives it: customers, orders and order lines changed in multi-table
 transactions (an order and its lines are created, changed and deleted together, and
@@ -21,7 +23,7 @@ import base64
 import datetime as dt
 import json
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
@@ -105,6 +107,17 @@ class Column:
         return value
 
 
+#: ``source.snapshot`` as Debezium 2.x declares it (JSON converter, Avro converter).
+_SNAPSHOT_VALUES = (
+    "true,first,first_in_data_collection,last_in_data_collection,last,false,incremental"
+)
+_SNAPSHOT_FIELD = {"type": "string", "optional": True, "name": "io.debezium.data.Enum",
+                   "version": 1, "parameters": {"allowed": _SNAPSHOT_VALUES},
+                   "default": "false", "field": "snapshot"}  # fmt: skip
+_SNAPSHOT_AVRO_FIELD = {"name": "snapshot", "default": "false", "type": [
+    {"type": "string", "connect.version": 1, "connect.parameters": {"allowed": _SNAPSHOT_VALUES},
+     "connect.default": "false", "connect.name": "io.debezium.data.Enum"}, "null"]}  # fmt: skip
+
 _AVRO_PRIMITIVES = {"int32": "int", "int64": "long", "string": "string", "boolean": "boolean",
                     "float32": "float", "float64": "double"}  # fmt: skip
 _EPOCH_MICROS = int(_EPOCH.replace(tzinfo=dt.timezone.utc).timestamp()) * 1_000_000
@@ -139,6 +152,7 @@ class SourceTable:
                 {"type": "string", "optional": False, "field": "schema"},
                 {"type": "string", "optional": False, "field": "table"},
                 {"type": "int64", "optional": True, "field": "lsn"},
+                _SNAPSHOT_FIELD,
             ],
         }
         txn = {
@@ -183,7 +197,8 @@ class SourceTable:
         strings = ("connector", "name", "db", "schema", "table")
         source = {"type": "record", "name": "Source", "namespace": "io.debezium.connector.postgresql",
                   "fields": [{"name": n, "type": "string"} for n in strings]
-                  + [{"name": "lsn", "type": ["null", "long"], "default": None}],
+                  + [{"name": "lsn", "type": ["null", "long"], "default": None},
+                     _SNAPSHOT_AVRO_FIELD],
                   "connect.name": "io.debezium.connector.postgresql.Source"}  # fmt: skip
         block = {"type": "record", "name": "block", "namespace": "event",
                  "fields": [{"name": "id", "type": "string"},
@@ -310,6 +325,39 @@ class SourceDatabase:
             Column(c.name, new_type, c.optional) if c.name == name else c for c in t.columns
         ]
 
+    def snapshot(self, rows: Mapping[str, Iterable[Mapping[str, Any]]]) -> int:
+        """Load ``rows`` (by table name) into tables that hold none yet and emit them as
+        Debezium's initial snapshot does: one ``op`` r event per row (``before`` null,
+        no transaction block, no transaction markers), all at the snapshot's position,
+        ``source.snapshot`` "first" on the snapshot's first row, "last" on its last,
+        "first_in_data_collection" / "last_in_data_collection" on each table's first and
+        last, "true" on the others. Returns the number of events."""
+        loaded: list[tuple[SourceTable, dict[str, Any]]] = []
+        for name, table_rows in rows.items():
+            t = self.tables[name]
+            if t.rows:
+                raise ValueError(f"table {name} already has rows; a snapshot starts a table")
+            for row in table_rows:
+                after = {c: row.get(c) for c in t.column_names}
+                key = tuple(after[k] for k in t.key)
+                if key in t.rows:
+                    raise ValueError(f"table {name}: key {key} twice in the snapshot")
+                t.rows[key] = after
+                loaded.append((t, after))
+        for i, (t, after) in enumerate(loaded):
+            if i == len(loaded) - 1:
+                marker = "last"
+            elif i == 0:
+                marker = "first"
+            elif loaded[i + 1][0] is not t:
+                marker = "last_in_data_collection"
+            elif loaded[i - 1][0] is not t:
+                marker = "first_in_data_collection"
+            else:
+                marker = "true"
+            self._event(t, "r", None, after, None, snapshot=marker)
+        return len(loaded)
+
     def begin(self) -> Transaction:
         self.transactions += 1
         return Transaction(self, f"{self.transactions}:{self.lsn}")
@@ -337,12 +385,14 @@ class SourceDatabase:
         before: dict[str, Any] | None,
         after: dict[str, Any] | None,
         block: dict[str, Any] | None,
+        snapshot: str = "false",
     ) -> None:
         row = after if after is not None else before
         assert row is not None
         key = tuple(row[k] for k in t.key)
         source = {"connector": "postgresql", "name": self.prefix, "db": self.db,
-                  "schema": t.schema, "table": t.name, "lsn": self.lsn}  # fmt: skip
+                  "schema": t.schema, "table": t.name, "lsn": self.lsn,
+                  "snapshot": snapshot}  # fmt: skip
         payload = {"before": t.payload(before), "after": t.payload(after), "source": source,
                    "op": op, "ts_ms": self.lsn, "transaction": block}  # fmt: skip
         if self.schema_dir is not None:

@@ -15,6 +15,7 @@ from calving.ingest.demo.database import (
     ShopWorkload,
     SourceDatabase,
     consistency_problems,
+    plain_table,
     shop_tables,
 )
 from calving.ingest.demo.many import ManyDemoOptions, report_many, run_many_demo
@@ -57,6 +58,48 @@ def test_deletes_are_followed_by_a_tombstone_and_decimals_are_connect_bytes() ->
     records = db.take_records()["srv.shop.orders"]
     assert json.loads(records[0][2])["payload"]["op"] == "d" and records[1][2] is None
     assert Column("total", "decimal").encode(Decimal("-1.50")) == "/2o="  # -150, two bytes
+
+
+def test_an_initial_snapshot_is_read_events_without_transactions(tmp_path) -> None:
+    """Debezium's initial snapshot: op r per row, before null, no transaction block nor
+    markers, ``source.snapshot`` first / last (and per table); the stream follows, and
+    the source state (what a replica must hold) covers both."""
+    for avro in (False, True):
+        db = SourceDatabase(prefix="srv", schema_dir=tmp_path / "avro" if avro else None)
+        for name in ("a", "b"):
+            db.add_table(plain_table(name))
+        work = ShopWorkload(db, seed=1, plain=("a", "b"))
+        rows = {n: [work.plain_row(n, k) for k in range(1, 4)] for n in ("a", "b")}
+        assert db.snapshot(rows) == 6
+        with pytest.raises(ValueError, match="already has rows"):
+            db.snapshot({"a": rows["a"]})
+        txn = db.begin()
+        txn.upsert("a", {**rows["a"][0], "code": "changed"})
+        txn.delete("b", (2,))
+        db.commit(txn)
+        records = db.take_records()
+        events = [_value(db, r[2]) for t in ("srv.inventory.a", "srv.inventory.b")
+                  for r in records[t] if r[2] is not None]  # fmt: skip
+        snap = [e for e in events if e["op"] == "r"]
+        assert [e["source"]["snapshot"] for e in snap] == [
+            "first", "true", "last_in_data_collection",
+            "first_in_data_collection", "true", "last",
+        ]  # fmt: skip
+        assert all(e["before"] is None and e["transaction"] is None for e in snap)
+        assert [e["source"]["snapshot"] for e in events if e["op"] != "r"] == ["false", "false"]
+        markers = records["srv.transaction"]
+        assert len(markers) == 2  # BEGIN and END of the one streamed transaction only
+        assert db.expected("a")[0][1] == "changed"
+        assert [r[0] for r in db.expected("b")] == [1, 3]
+
+
+def _value(db: SourceDatabase, raw: bytes) -> dict:
+    if db.schema_dir is None:
+        return json.loads(raw)["payload"]
+    import fastavro
+
+    schema = json.loads((db.schema_dir / f"{int.from_bytes(raw[1:5], 'big')}.avsc").read_text())
+    return fastavro.schemaless_reader(io.BytesIO(raw[5:]), fastavro.parse_schema(schema))
 
 
 def test_the_checker_catches_broken_cross_table_rules() -> None:

@@ -9,8 +9,12 @@ every table's files, nothing is committed) and ``after-swap-before-checkpoint`` 
 batch's tables swapped; ``foreachBatch`` has not returned). ``mutation`` applies a
 deliberately broken build (``tests.faults.mutations``).
 
+Points armed from the start (a catalog failing during the pipeline's start) come
+through ``CALVING_FAULTS`` in its environment.
+
 Output, one line each: ``committed <batch> <tables>`` per batch that committed, then
-``drained`` (exit 0) or ``failed <ErrorClass>: <message>`` (exit 2).
+``fired <point>`` per point armed ``once-...`` that fired, then ``drained`` (exit 0) or
+``failed <ErrorClass>: <message>`` (exit 2).
 """
 
 from __future__ import annotations
@@ -76,6 +80,8 @@ def main(text: str) -> int:
         print(f"failed {type(err).__name__}: {str(err).splitlines()[0][:300]}", flush=True)
         traceback.print_exc()
         return 2
+    for point in sorted(faults.fired()):
+        print(f"fired {point}", flush=True)
     print("drained", flush=True)
     return 0
 

@@ -23,7 +23,7 @@ _STREAM_FAMILIES = {"stream-crash", "broker-pause", "same-writer-id", "resplit"}
 
 def shard_of(s: Scenario) -> str:
     """The test file that runs ``s``."""
-    if s.family == "many-crash" or s.name.startswith("broken/many-"):
+    if s.family.startswith("many-") or s.name.startswith("broken/many-"):
         return "many"
     if s.family in _STREAM_FAMILIES or s.name.startswith("broken/stream-"):
         return "stream"

@@ -282,7 +282,7 @@ class CommitLog:
     done_at: float | None = None
     first_batch_at: float | None = None
     #: CPU seconds by process group when the sink was first called (``drain``).
-    cpu_at_first_batch: dict[str, float] | None = None
+    cpu_at_first_batch: CpuSample | None = None
     started_at: float | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -546,10 +546,15 @@ def _comm(pid: int) -> str:
         return ""
 
 
-def cpu_seconds(env: Env) -> dict[str, float]:
+#: CPU seconds used so far, by (process group, pid): see ``cpu_seconds``.
+CpuSample = dict[tuple[str, int], float]
+
+
+def cpu_seconds(env: Env) -> CpuSample:
     """CPU seconds used so far by this process ("driver"), its Spark JVM ("jvm"), the
-    JVM's Python workers ("python workers"), the broker ("broker") and other children.
-    Linux only; an empty dict elsewhere. Processes that already exited are not counted."""
+    JVM's Python workers ("python workers"), the broker ("broker") and other children,
+    per process. Linux only; an empty dict elsewhere. Processes that already exited are
+    not counted."""
     if not os.path.isdir("/proc"):
         return {}
     stats: dict[int, tuple[int, float]] = {}
@@ -579,13 +584,21 @@ def cpu_seconds(env: Env) -> dict[str, float]:
             return "python workers"
         return "other" if seen == me else None
 
-    out: dict[str, float] = {}
+    out: CpuSample = {}
     for pid, (_, cpu) in stats.items():
         name = "driver" if pid == me else "broker" if pid == broker_pid else group(pid)
         if name is not None:
-            out[name] = out.get(name, 0.0) + cpu
+            out[(name, pid)] = cpu
     return out
 
 
-def cpu_used(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    return {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after}
+def cpu_used(before: CpuSample, after: CpuSample) -> dict[str, float]:
+    """CPU seconds by process group between two samples: what each process still
+    running at ``after`` used since ``before`` (all of it, if it started since). A
+    process that exited in between is left out (its last seconds are lost), never
+    counted as negative: a group whose processes exited, such as Spark's Python workers
+    of an earlier run, used to come out below zero."""
+    out: dict[str, float] = {}
+    for key, cpu in after.items():
+        out[key[0]] = out.get(key[0], 0.0) + cpu - before.get(key, 0.0)
+    return out

@@ -163,3 +163,14 @@ def test_many_tables_memory_bench_at_a_tiny_size():
     m = many_tables_memory.measure(tables=4, keys=2_000)
     assert set(m) == {"unbounded", "budget", "small"}
     assert m["unbounded"]["evictions"] == 0 and m["unbounded"]["held_gib"] > 0
+
+
+def test_cpu_used_leaves_out_processes_that_exited():
+    """A group whose processes exited between two samples (Spark's Python workers of an
+    earlier run, during the raw loop) must not come out below zero; a new process counts
+    whole."""
+    from tests.bench.streaming import cpu_used
+
+    before = {("driver", 1): 5.0, ("python workers", 7): 40.0}
+    after = {("driver", 1): 9.0, ("python workers", 8): 2.5, ("broker", 3): 1.0}
+    assert cpu_used(before, after) == {"driver": 4.0, "python workers": 2.5, "broker": 1.0}

@@ -315,7 +315,7 @@ class _RangeRead:
         past it once the head was checked), the last before the range's end. None: the
         record-by-record loop decides. One pass per column instead of a Python step per
         record (a partition's offsets only grow)."""
-        if not messages or None in map(_no_error, messages):
+        if not messages or any(m.error() is not None for m in messages):
             return None
         offsets = [m.offset() for m in messages]
         first, last = offsets[0], offsets[-1]
@@ -394,9 +394,3 @@ class _RangeRead:
             self.partition,
             detail,
         )
-
-
-def _no_error(message: Any) -> bool | None:
-    """True for a record, None for an error or partition-end event (``None in map``
-    stops at the first)."""
-    return True if message.error() is None else None

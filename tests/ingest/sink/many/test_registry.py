@@ -173,6 +173,16 @@ class FlakyRegistryCatalog(CountingCatalog):
         return super().properties_with_prefix(prefix)
 
 
+def _registered(catalog: Any) -> Any:
+    """Two tables of writer db (ledgers at 50 and 20) whose first start wrote the
+    writer registry; returns ``catalog``."""
+    catalog.create_namespace(("db",))
+    _ledgered(catalog, "ahead", 50)
+    _ledgered(catalog, "behind", 20)
+    assert _sink(catalog).starting_ledger() == {("t", 0): 20}  # the registry is written
+    return catalog
+
+
 @pytest.mark.parametrize(("failures", "starts"), [(1, True), (9, False)])
 def test_a_catalog_failing_during_start_is_retried_then_stops_the_start(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch, failures: int, starts: bool
@@ -180,11 +190,7 @@ def test_a_catalog_failing_during_start_is_retried_then_stops_the_start(
     from calving.ingest.sink.many import start as many_start
 
     monkeypatch.setattr(many_start, "LOAD_RETRY_DELAYS", (0.01, 0.01))
-    setup = _catalog(tmp_path)
-    setup.create_namespace(("db",))
-    _ledgered(setup, "ahead", 50)
-    _ledgered(setup, "behind", 20)
-    assert _sink(setup).starting_ledger() == {("t", 0): 20}  # the registry is written
+    _registered(_catalog(tmp_path))
     (tmp_path / "warehouse").mkdir(exist_ok=True)
     flaky = FlakyRegistryCatalog(
         "t", f"sqlite:///{tmp_path}/catalog.db", str(tmp_path / "warehouse"), failures=failures
@@ -210,11 +216,7 @@ def test_the_catalog_read_at_start_fault_point_fails_the_start_read(
     from calving.ingest.sink.many import start as many_start
 
     monkeypatch.setattr(many_start, "LOAD_RETRY_DELAYS", (0.01, 0.01))
-    catalog = _catalog(tmp_path)
-    catalog.create_namespace(("db",))
-    _ledgered(catalog, "ahead", 50)
-    _ledgered(catalog, "behind", 20)
-    assert _sink(catalog).starting_ledger() == {("t", 0): 20}  # the registry is written
+    catalog = _registered(_catalog(tmp_path))
     faults.arm("catalog-read-at-start", action)
     try:
         if starts:

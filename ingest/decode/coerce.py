@@ -53,6 +53,8 @@ from calving.commit.spec.types import (
 )
 
 EpochUnit = Literal["ms", "us", "ns", "auto"]
+#: The unit of an ``EpochTime``: days, or milli-, micro- or nanoseconds.
+TimeUnit = Literal["D", "ms", "us", "ns"]
 
 DATE_PATTERN = r"(\d{4})-(\d{2})-(\d{2})"
 TIME_PATTERN = r"(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d{1,9}))?)?"
@@ -115,7 +117,7 @@ class EpochTime:
     """
 
     count: int
-    unit: Literal["D", "ms", "us", "ns"]
+    unit: TimeUnit
 
     def __repr__(self) -> str:
         return f"{self.count} {self.unit}"

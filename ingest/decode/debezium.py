@@ -61,6 +61,7 @@ from calving.ingest.decode.coerce import (
     CoercionOptions,
     EpochTime,
     EpochUnit,
+    TimeUnit,
     json_type_name,
 )
 from calving.ingest.decode.connect_envelope import (
@@ -69,10 +70,11 @@ from calving.ingest.decode.connect_envelope import (
     is_connect_envelope,
 )
 from calving.ingest.decode.debezium_arrow import DebeziumVectorReader
+from calving.ingest.decode.debezium_wrapped import read_wrapped, wrapped_first
 from calving.ingest.decode.json_values import parse_json
 from calving.ingest.decode.schema_registry import SchemaSource
 
-_EPOCH_UNITS = {
+_EPOCH_UNITS: dict[str, TimeUnit] = {
     "io.debezium.time.Date": "D",
     "org.apache.kafka.connect.data.Date": "D",
     "io.debezium.time.Timestamp": "ms",
@@ -84,7 +86,7 @@ _EPOCH_UNITS = {
     "io.debezium.time.MicroTime": "us",
     "io.debezium.time.NanoTime": "ns",
 }
-_LOGICAL_UNITS = {
+_LOGICAL_UNITS: dict[str, TimeUnit] = {
     "timestamp-nanos": "ns",
     "local-timestamp-nanos": "ns",
 }
@@ -145,7 +147,7 @@ def _variable_scale(value: Any) -> Any:
 def _with_annotation(value: Any, note: FieldAnnotation) -> Any:
     unit = _EPOCH_UNITS.get(note.connect_name or "") or _LOGICAL_UNITS.get(note.logical_type or "")
     if unit is not None and type(value) is int:
-        return EpochTime(value, unit)  # type: ignore[arg-type]
+        return EpochTime(value, unit)
     if note.connect_name == CONNECT_DECIMAL and not isinstance(value, Decimal):
         scale = note.parameter("scale")
         if scale is None:
@@ -184,13 +186,6 @@ def _connect_annotations(struct_schema: Any) -> dict[str, FieldAnnotation]:
     return out
 
 
-def _wrapped_first(values: Any) -> bool:
-    """True when the batch's first value is a JSON-converter event with its schema
-    (``{"schema": ...``): the vectorized reader takes only bare envelopes."""
-    first = next((v for v in values if v is not None), None)
-    return first is not None and first.lstrip()[:10] == b'{"schema":'
-
-
 #: An event's field annotations by envelope part (``after``, ``before``), if it has any.
 _Notes = Callable[[str], dict[str, FieldAnnotation] | None]
 
@@ -222,6 +217,28 @@ def _envelope_field_schema(schema: Any, name: str) -> Any:
     return None
 
 
+def _epoch_units(
+    notes: dict[str, dict[str, FieldAnnotation]], target: pa.Schema
+) -> dict[str, TimeUnit] | None:
+    """The units of the temporal columns a JSON-converter schema annotates (both
+    envelope parts must agree); None if the bulk path cannot apply the annotations:
+    a decimal encoding, or a temporal annotation on a column that is not temporal."""
+    types = {f.name: f.type for f in target}
+    units: dict[str, TimeUnit] = {}
+    for part in ("before", "after"):
+        for name, note in notes.get(part, {}).items():
+            if note.connect_name in (CONNECT_DECIMAL, VARIABLE_SCALE_DECIMAL):
+                return None
+            unit = _EPOCH_UNITS.get(note.connect_name or "")
+            if unit is None or name not in types:
+                continue
+            t = types[name]
+            temporal = pa.types.is_date(t) or pa.types.is_time(t) or pa.types.is_timestamp(t)
+            if not temporal or units.setdefault(name, unit) != unit:
+                return None
+    return units
+
+
 class DebeziumDecoder:
     name = "debezium"
 
@@ -248,6 +265,9 @@ class DebeziumDecoder:
         self._avro_notes: dict[tuple[int, str], dict[str, FieldAnnotation]] = {}
         #: Schema bytes of JSON-converter events -> their envelope parts' annotations.
         self._json_notes: dict[bytes, dict[str, dict[str, FieldAnnotation]]] = {}
+        #: Schema bytes of JSON-converter events -> the epoch units of the table's
+        #: columns for the bulk path (None: those events go per event).
+        self._json_units: dict[bytes, dict[str, TimeUnit] | None] = {}
         self.vector: DebeziumVectorReader | None = None
         if (
             self.options.vectorized
@@ -274,20 +294,34 @@ class DebeziumDecoder:
     def decode(self, data: pa.Table | pa.RecordBatch) -> DecodedBatch:
         batch = KafkaBatch(data)
         out = BatchAssembler(batch, self.converter, self.name)
-        keys, values = batch.keys, batch.values
         rest: list[int] = list(range(batch.num_rows))
-        if self.vector is not None and batch.num_rows and not _wrapped_first(values):
-            rest = self.vector.read(batch, out).tolist()
+        if self.vector is not None and batch.num_rows:
+            if wrapped_first(batch.value_array):
+                rest = read_wrapped(self.vector, batch.value_array, self._wrapped_units, out)
+            else:
+                rest = self.vector.read(batch, out).tolist()
         elif self.avro_batch is not None and batch.num_rows:
             rest = self.avro_batch.read(batch, out)
+        keys, values = (batch.keys, batch.values) if rest else ([], [])
         for i in rest:
-            raw = values[i]
             try:
-                op, row = self._event(raw, keys[i], out)
+                op, row = self._event(values[i], keys[i], out)
                 out.add_row(i, op, row)
             except (Reject, CoercionError) as problem:
                 out.reject(i, problem)
         return out.finish()
+
+    def _wrapped_units(self, prefix: bytes) -> dict[str, TimeUnit] | None:
+        """The epoch units a JSON-converter schema (the bytes before ``"payload"``) gives
+        the table's columns; None when its events must go per event (not a schema,
+        decimal encodings, or an annotation the bulk path does not apply)."""
+        if prefix in self._json_units:
+            return self._json_units[prefix]
+        notes = self._json_notes.get(prefix) or _schema_notes(prefix)
+        units = None if notes is None else _epoch_units(notes, self.converter.arrow_schema)
+        if len(self._json_units) < 256:
+            self._json_units[prefix] = units
+        return units
 
     # -- one event
 

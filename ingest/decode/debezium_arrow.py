@@ -20,6 +20,9 @@ without decimal columns (Debezium's ``precise`` decimals are base64 bytes).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -31,10 +34,12 @@ from calving.ingest.decode.batch import (
     KafkaBatch,
     RowConverter,
 )
+from calving.ingest.decode.coerce import TimeUnit
 from calving.ingest.decode.json_values import (
     VectorReader,
     candidate_mask,
     collect_unknown,
+    epoch_target,
     newline_joined,
     nonfinite_rows,
     read_json_buffer,
@@ -44,6 +49,16 @@ from calving.ingest.decode.json_values import (
 CHUNK_RECORDS = 16384
 MIN_BISECT = 8
 UPSERT_OPS = pa.array(["c", "r", "u"])
+
+
+@dataclass(frozen=True)
+class EnvelopeSource:
+    """Where a reader's values come from: ``rows[i]`` is the batch row of value ``i``;
+    ``units``: columns whose integers are epoch values of a known unit (from the
+    events' Connect schema), by name."""
+
+    rows: np.ndarray
+    units: Mapping[str, TimeUnit]
 
 
 class DebeziumVectorReader:
@@ -72,25 +87,39 @@ class DebeziumVectorReader:
     def read(self, batch: KafkaBatch, out: BatchAssembler) -> np.ndarray:
         """Decodes the plain create/read/update events into ``out``; returns the batch
         rows left for the per-event path, in order."""
-        values = batch.value_array
+        return self.read_values(
+            batch.value_array, EnvelopeSource(np.arange(batch.num_rows), {}), out
+        )
+
+    def read_values(
+        self, values: pa.Array, source: EnvelopeSource, out: BatchAssembler
+    ) -> np.ndarray:
+        """``read`` for envelopes that are not the batch's values as they are (the
+        payloads of schema-wrapped events): ``values[i]`` is batch row ``source.rows[i]``.
+        Returns the batch rows left for the per-event path, in order."""
         mask = candidate_mask(values)
         candidates = np.flatnonzero(mask)
         leftover: list[np.ndarray] = [np.flatnonzero(~mask)]
         for start in range(0, len(candidates), CHUNK_RECORDS):
-            leftover += self._chunk(values, candidates[start : start + CHUNK_RECORDS], out)
-        return np.sort(np.concatenate(leftover))
+            chunk = candidates[start : start + CHUNK_RECORDS]
+            leftover += self._chunk(values, chunk, out, source)
+        return np.sort(source.rows[np.concatenate(leftover)])
 
-    def _chunk(self, values: pa.Array, idx: np.ndarray, out: BatchAssembler) -> list[np.ndarray]:
+    def _chunk(
+        self, values: pa.Array, idx: np.ndarray, out: BatchAssembler, source: EnvelopeSource
+    ) -> list[np.ndarray]:
         if len(idx) <= MIN_BISECT:
             return [idx]
         table, kinds = self._read(newline_joined(values.take(pa.array(idx))), len(idx))
         if table is None or kinds is None:  # unreadable, or fields the table lacks
             half = len(idx) // 2
-            return self._chunk(values, idx[:half], out) + self._chunk(values, idx[half:], out)
+            return self._chunk(values, idx[:half], out, source) + self._chunk(
+                values, idx[half:], out, source
+            )
         upserts, deletes = kinds
         done = [
-            self._add(out, idx, table, "after", upserts, OP_UPSERT),
-            self._add(out, idx, table, "before", deletes, OP_DELETE),
+            self._add(out, idx, table, "after", upserts, source),
+            self._add(out, idx, table, "before", deletes, source),
         ]
         taken = np.concatenate(done)
         self.decoded += len(taken)
@@ -118,28 +147,31 @@ class DebeziumVectorReader:
 
     def _add(
         self, out: BatchAssembler, idx: np.ndarray, table: pa.Table, image: str,
-        which: np.ndarray, op: int,
+        which: np.ndarray, source: EnvelopeSource,
     ) -> np.ndarray:  # fmt: skip
         """Rows of ``image`` (after: upserts, before: deletes' keys) for the chosen events;
-        the batch rows added (the others stay for the per-event path)."""
+        the positions added (the others stay for the per-event path)."""
         chosen = np.flatnonzero(which)
         if len(chosen) == 0:
             return np.zeros(0, np.int64)
         struct = table.column(image).combine_chunks().take(pa.array(chosen))
+        op = OP_UPSERT if image == "after" else OP_DELETE
         if op == OP_UPSERT:
             rows = pa.Table.from_arrays(
                 [struct.field(f.name) for f in self.row_type], names=[f.name for f in self.row_type]
             )
-            columns, bad = self.rows.finish(rows)
+            columns, bad = self.rows.finish(rows, source.units)
         else:
-            columns, bad = self._keys(struct)
+            columns, bad = self._keys(struct, source.units)
         good = ~bad
         keep = pa.array(good)
         done: np.ndarray = idx[chosen[good]]  # bad came from pyarrow (Any): an int64 array
-        out.add_arrow_rows(done, [c.filter(keep) for c in columns], op)
+        out.add_arrow_rows(source.rows[done], [c.filter(keep) for c in columns], op)
         return done
 
-    def _keys(self, before: pa.StructArray) -> tuple[list[pa.Array], np.ndarray]:
+    def _keys(
+        self, before: pa.StructArray, units: Mapping[str, TimeUnit]
+    ) -> tuple[list[pa.Array], np.ndarray]:
         """A delete row per event: the identifier columns from ``before`` (converted as
         the upsert columns are), the other columns null. A missing or unconvertible key
         leaves the event to the per-event path (which then tries the Kafka key)."""
@@ -152,7 +184,12 @@ class DebeziumVectorReader:
             if field.name not in keys:
                 columns.append(pa.nulls(len(before), field.type))
                 continue
-            arr = to_target(before.field(field.name), field.type, ice.field_type, options, bad)
+            col = before.field(field.name)
+            unit = units.get(field.name)
+            if unit is not None:
+                arr = epoch_target(col, field.type, ice.field_type, options, unit, bad)
+            else:
+                arr = to_target(col, field.type, ice.field_type, options, bad)
             bad |= arr.is_null().to_numpy(zero_copy_only=False)
             columns.append(arr)
         return columns, bad

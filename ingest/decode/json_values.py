@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,8 +54,10 @@ from calving.ingest.decode.batch import (
 from calving.ingest.decode.coerce import (
     CoercionError,
     CoercionOptions,
+    EpochTime,
     EpochUnit,
     JsonFraction,
+    TimeUnit,
     json_type_name,
     primitive_converter,
 )
@@ -287,13 +290,23 @@ class VectorReader:
                 out.unknown.setdefault(path, set()).update(kinds)
         return refused
 
-    def finish(self, table: pa.Table) -> tuple[list[pa.Array], np.ndarray]:
+    def finish(
+        self, table: pa.Table, epoch_units: Mapping[str, TimeUnit] | None = None
+    ) -> tuple[list[pa.Array], np.ndarray]:
+        """The read columns -> target columns and the rows a conversion refused.
+        ``epoch_units``: columns whose integers are epoch values of a known unit (a
+        Connect schema's temporal annotation), by column name."""
         bad = np.zeros(table.num_rows, dtype=bool)
         columns = []
         options = self.converter.options
+        units = epoch_units or {}
         for field, ice in zip(self.target, self.converter.schema.fields):
             col = table.column(field.name).combine_chunks()
-            arr = to_target(col, field.type, ice.field_type, options, bad)
+            unit = units.get(field.name)
+            if unit is not None:
+                arr = epoch_target(col, field.type, ice.field_type, options, unit, bad)
+            else:
+                arr = to_target(col, field.type, ice.field_type, options, bad)
             bad |= required_violations(arr, field)
             columns.append(arr)
         return columns, bad
@@ -365,6 +378,34 @@ def to_target(
                 out.append(None)
         return pa.array(out, type=t)
     return arr if arr.type == t else arr.cast(t)
+
+
+def epoch_target(
+    arr: pa.Array,
+    t: pa.DataType,
+    ice: IcebergType,
+    options: CoercionOptions,
+    unit: TimeUnit,
+    bad: np.ndarray,
+) -> pa.Array:
+    """``to_target`` for a column whose integers are epoch values in ``unit`` (as a
+    Connect schema's ``io.debezium.time.*`` name says): each integer is converted as
+    ``EpochTime(value, unit)``, exactly as the per-record path converts it; a column
+    read as strings is an ordinary column."""
+    if not pa.types.is_integer(arr.type):
+        return to_target(arr, t, ice, options, bad)
+    convert = primitive_converter(ice, options)  # type: ignore[arg-type]
+    out: list[Any] = []
+    for i, v in enumerate(arr.to_pylist()):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(convert(EpochTime(v, unit)))
+        except CoercionError:
+            bad[i] = True
+            out.append(None)
+    return pa.array(out, type=t)
 
 
 # Strings these patterns match are parsed by Arrow's cast exactly as ``coerce`` parses them

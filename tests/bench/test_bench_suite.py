@@ -106,9 +106,12 @@ def test_rest_catalog_bench_at_a_tiny_size():
 def test_decode_debezium_bench_at_a_tiny_size():
     from tests.bench import decode_debezium
 
-    got = decode_debezium.measure(2_000)
-    assert set(got) == {"per-event", "vectorized"}
-    assert all(rate > 0 and cpu > 0 for rate, cpu in got.values())
+    for with_schemas in (False, True):
+        got = decode_debezium.measure(2_000, with_schemas)
+        assert set(got) == {"per-event", "vectorized"}
+        assert all(rate > 0 and cpu > 0 for rate, cpu in got.values())
+    value = decode_debezium.wrapped(b'{"op":"c","after":{"id":1}}')
+    assert value is not None and json.loads(value)["payload"]["after"] == {"id": 1}
 
 
 def test_cost_figures_from_recorded_runs():

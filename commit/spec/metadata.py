@@ -210,6 +210,15 @@ def serialize_metadata(m: TableMetadata) -> bytes:
     return ("{" + ",".join(parts) + "}").encode("utf-8")
 
 
+def task_metadata_json(m: TableMetadata) -> bytes:
+    """The metadata a writer task needs (schemas, partition specs, sort orders, location,
+    properties) as metadata JSON without what grows with every commit: no snapshots,
+    refs, statistics or logs, and no current snapshot. Its size (pickled into every
+    task) and parse time stay flat however long the table has been written."""
+    bare = replace(m, current_snapshot_id=None, refs={}, statistics=(), partition_statistics=())
+    return _dumps(metadata_to_json(bare, histories=False)).encode("utf-8")
+
+
 def _metadata_log_text(entry: MetadataLogEntry) -> str:
     return _dumps(entry.to_json())
 

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from calving.commit.errors import CorruptRecordError, Terminal
 from calving.commit.io import FileIO
-from calving.commit.spec.metadata import parse_metadata, serialize_metadata
+from calving.commit.spec.metadata import parse_metadata, task_metadata_json
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import NestedField, PrimitiveType
 from calving.commit.table.table import Table
@@ -99,7 +99,7 @@ class DeadLetterTarget:
         if table is not None:
             table.refresh()
         return cls(
-            table_metadata_json=serialize_metadata(table.metadata) if table else None,
+            table_metadata_json=task_metadata_json(table.metadata) if table else None,
             table_metadata_location=table.metadata_location if table else None,
             topic=topic,
             kafka_config=kafka_config,

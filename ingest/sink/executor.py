@@ -9,6 +9,7 @@ driver only ever collects these small message rows.
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,7 +48,9 @@ TaskFunction = Callable[[Batches], Batches]
 class TaskPlan:
     """Everything a task needs, pickled once per batch."""
 
-    metadata_json: bytes  # the table's metadata (schema, spec, location, properties)
+    #: The table's metadata for writing (``task_metadata_json``: schema, spec, location,
+    #: properties; no history).
+    metadata_json: bytes
     metadata_location: str
     decoder: Decoder  # picklable: Spark ships the plan to the executors
     ledger: Mapping[tuple[str, int], int] = field(default_factory=dict)
@@ -58,7 +61,7 @@ class TaskPlan:
     io_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def metadata(self) -> TableMetadata:
-        return parse_metadata(self.metadata_json, self.metadata_location)
+        return _parsed_metadata(self.metadata_json, self.metadata_location)
 
     def file_io(self) -> FileIO:
         return FileIO(self.io_properties)
@@ -69,6 +72,14 @@ class TaskPlan:
         return TaskWriter(
             io, m.location, m.schema, m.spec, file_prefix=self.file_prefix, target_file_size=target
         )
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed_metadata(metadata_json: bytes, location: str) -> TableMetadata:
+    """A plan's metadata, parsed once per Python worker (a task asks several times per
+    table, and a reused worker gets the same plans batch after batch); the metadata is
+    immutable."""
+    return parse_metadata(metadata_json, location)
 
 
 def drop_committed(batch: pa.Table, ledger: Mapping[tuple[str, int], int]) -> pa.Table:

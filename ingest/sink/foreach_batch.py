@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from calving.commit.errors import CalvingError
-from calving.commit.spec.metadata import serialize_metadata
+from calving.commit.spec.metadata import task_metadata_json
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import primitive_from_string
 from calving.commit.table.actions.update_schema import AddColumn, UpdateSchema
@@ -208,7 +208,7 @@ class CalvingSink:
         ledger = self.coordinator.ledger()  # refreshes the table
         table = self.table
         return TaskPlan(
-            metadata_json=serialize_metadata(table.metadata),
+            metadata_json=task_metadata_json(table.metadata),
             metadata_location=table.metadata_location,
             decoder=self.decoder(),
             ledger=ledger,

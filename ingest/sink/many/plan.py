@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
-from calving.commit.spec.metadata import serialize_metadata
+from calving.commit.spec.metadata import task_metadata_json
 from calving.commit.table.ledger import read_ledger
 from calving.commit.table.table import Table, refresh_tables
 from calving.ingest.config.format import FormatConfig, build_decoder
@@ -86,7 +86,7 @@ class Planner:
         if routed.decoder is None or routed.decoder[0] != schema.schema_id:
             routed.decoder = (schema.schema_id, build_decoder(self.format, schema))
         if routed.serialized is None or routed.serialized[0] != table.metadata_location:
-            routed.serialized = (table.metadata_location, serialize_metadata(table.metadata))
+            routed.serialized = (table.metadata_location, task_metadata_json(table.metadata))
         safe = routed.name.replace(".", "_")
         task = TaskPlan(
             metadata_json=routed.serialized[1],

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from calving.commit.errors import CorruptFileError
-from calving.commit.spec.metadata import parse_metadata, serialize_metadata
+from calving.commit.spec.metadata import parse_metadata, serialize_metadata, task_metadata_json
 from calving.commit.spec.partition import PartitionSpec
 from calving.commit.spec.snapshot import MetadataLogEntry, Snapshot, SnapshotLogEntry, SnapshotRef
 from calving.commit.table.table import new_table_metadata
@@ -107,3 +107,24 @@ def test_missing_required_keys_are_named():
         parse_metadata(json.dumps({"format-version": 3, "table-uuid": "x"}).encode(), "m.json")
     with pytest.raises(CorruptFileError, match="not valid JSON"):
         parse_metadata(b"\xff\xfe", "m.json")
+
+
+@settings(max_examples=100, deadline=None)
+@given(metadata())
+def test_task_metadata_keeps_what_writers_need_and_no_history(m):
+    """What a writer task gets: the same schemas, specs, sort orders, location, properties
+    and row-id counters, no snapshot, ref, statistics or log, so its size does not grow
+    with the table's commits."""
+    task = parse_metadata(task_metadata_json(m), "m.json")
+    assert task.schema == m.schema and task.schemas == m.schemas
+    assert task.spec == m.spec and task.partition_specs == m.partition_specs
+    assert task.sort_orders == m.sort_orders and task.location == m.location
+    assert task.properties == m.properties and task.table_uuid == m.table_uuid
+    assert task.last_column_id == m.last_column_id
+    assert task.current_snapshot_id is None and task.current_snapshot is None
+    assert task.snapshots == () and task.refs == {} and task.snapshot_log == ()
+    assert task.metadata_log == () and task.statistics == ()
+    history_free = m.with_changes(
+        snapshots=(), current_snapshot_id=None, refs={}, snapshot_log=(), metadata_log=()
+    )
+    assert task_metadata_json(m) == task_metadata_json(history_free)

@@ -190,3 +190,19 @@ def test_decimal_tables_and_avro_use_the_per_event_path():
     )
     assert DebeziumDecoder(with_decimal).vector is None
     assert DebeziumDecoder(TABLE, DebeziumOptions(case_insensitive=True)).vector is None
+
+
+def test_a_small_batch_decodes_per_event():
+    """Below ``MIN_VECTOR_ROWS`` records the bulk path's fixed cost is not worth it."""
+    from calving.ingest.decode.debezium import MIN_VECTOR_ROWS
+
+    values = [
+        json.dumps({"op": "c", "after": {"tenant": "a", "id": i}}).encode()
+        for i in range(MIN_VECTOR_ROWS)
+    ]
+    decoder = DebeziumDecoder(TABLE)
+    assert decoder.vector is not None
+    small = decoder.decode(kafka_batch(values[:-1]))
+    assert decoder.vector.decoded == 0 and small.rows.num_rows == MIN_VECTOR_ROWS - 1
+    decoder.decode(kafka_batch(values))
+    assert decoder.vector.decoded == MIN_VECTOR_ROWS

@@ -38,6 +38,7 @@ from calving.ingest.config.source import SourceConfig
 from calving.ingest.config.source_check import check_source
 from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.kafka.offsets import OffsetRange, offsets_to_json
+from calving.ingest.kafka.options import RANGE_TASKS
 from calving.ingest.metrics import many_metrics_for, metrics_for
 from calving.ingest.sink.coordinator import BatchStats
 from calving.ingest.sink.foreach_batch import CalvingSink
@@ -385,7 +386,7 @@ def build_pipeline(
             "fused",
             "many tables: one task per partition range",
             keyed=True,
-            overrides=tuple(with_transaction_topic(config).items()),
+            overrides=(*with_transaction_topic(config).items(), (RANGE_TASKS, "1")),
         )
         session = spark or spark_session(config.spark)
         return Pipeline(

@@ -113,11 +113,17 @@ class KafkaUnavailableError(Transient):
 
 
 class KafkaInputPartition(InputPartition):
-    """One Spark task: an ``OffsetRange``."""
+    """One Spark task: an ``OffsetRange`` (records), or with ``calving.emit = ranges``
+    and ``calving.rangeTasks`` several (their range rows)."""
 
-    def __init__(self, offset_range: OffsetRange) -> None:
-        super().__init__(offset_range)
-        self.range = offset_range
+    def __init__(self, *offset_ranges: OffsetRange) -> None:
+        super().__init__(offset_ranges)
+        self.ranges = offset_ranges
+
+    @property
+    def range(self) -> OffsetRange:
+        (only,) = self.ranges
+        return only
 
 
 class BrokerView:
@@ -329,7 +335,12 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if first < until[tp]:
                 ranges.append(OffsetRange(tp[0], tp[1], first, until[tp]))
         split = self._options.min_partitions if self._options.split_ranges else None
-        return [KafkaInputPartition(r) for r in split_ranges(ranges, split)]
+        planned = split_ranges(ranges, split)
+        tasks = self._options.range_tasks
+        if self._options.emit == "ranges" and tasks is not None:
+            dealt = [planned[i::tasks] for i in range(min(tasks, len(planned)))]
+            return [KafkaInputPartition(*group) for group in dealt]
+        return [KafkaInputPartition(r) for r in planned]
 
     def commit(self, end: OffsetsJson) -> None:
         """Nothing to do: offsets live in Spark's checkpoint and in the table's ledger."""
@@ -342,8 +353,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, KafkaInputPartition)
         if self._options.emit == "ranges":
-            r = partition.range
-            return iter([pa.RecordBatch.from_pylist([vars(r)], schema=RANGE_ARROW_SCHEMA)])
+            rows = [vars(r) for r in partition.ranges]
+            return iter([pa.RecordBatch.from_pylist(rows, schema=RANGE_ARROW_SCHEMA)])
         return read_range(self._options, partition.range, self._arrow_schema)
 
 

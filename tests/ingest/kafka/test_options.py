@@ -79,6 +79,11 @@ def test_exactly_one_subscription_option(chosen: dict[str, str]) -> None:
         ({"subscribe": "a", "failOnDataLoss": "yes"}, "'failOnDataLoss' must be true or false"),
         ({"subscribe": "a", "startingOffsets": "newest"}, "startingOffsets: not valid JSON"),
         ({"subscribe": "a", "calving.startingLedger": '{"a": {"0": -1}}'}, "startingLedger"),
+        ({"subscribe": "a", "calving.rangeTasks": "2"}, "'calving.rangeTasks' applies only"),
+        (
+            {"subscribe": "a", "calving.emit": "ranges", "calving.rangeTasks": "0"},
+            "'calving.rangeTasks' must be positive",
+        ),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], named: str) -> None:

@@ -219,10 +219,11 @@ class DebeziumVectorReader:
             wrapped = pc.and_(table.column("schema").is_valid(), table.column("payload").is_valid())
             upsert = pc.and_(upsert, pc.invert(wrapped))
             delete = pc.and_(delete, pc.invert(wrapped))
-        return _mask(upsert), _mask(delete)
+        return as_mask(upsert), as_mask(delete)
 
 
-def _mask(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+def as_mask(values: pa.ChunkedArray | pa.Array) -> np.ndarray:
+    """A boolean Arrow array (no nulls) as a numpy mask."""
     return np.asarray(values.to_numpy(zero_copy_only=False), dtype=bool)
 
 

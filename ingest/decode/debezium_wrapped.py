@@ -19,22 +19,17 @@ import pyarrow.compute as pc
 
 from calving.ingest.decode.batch import BatchAssembler
 from calving.ingest.decode.coerce import TimeUnit
-from calving.ingest.decode.debezium_arrow import DebeziumVectorReader, EnvelopeSource
+from calving.ingest.decode.debezium_arrow import DebeziumVectorReader, EnvelopeSource, as_mask
 
 
 def wrapped_first(values: pa.Array) -> bool:
     """True when the batch's first value is a JSON-converter event with its schema
     (``{"schema": ...``): those take the wrapped path of the vectorized reader."""
-    valid = _numpy(values.is_valid())
+    valid = as_mask(values.is_valid())
     if not valid.any():
         return False
     first: bytes = values[int(np.argmax(valid))].as_py()
     return first.lstrip()[:10] == b'{"schema":'
-
-
-def _numpy(arr: pa.Array) -> np.ndarray:
-    out: np.ndarray = arr.to_numpy(zero_copy_only=False)  # pyarrow is untyped
-    return out
 
 
 #: Schemas of JSON-converter events per batch read in bulk; events of further schemas
@@ -59,7 +54,7 @@ def read_wrapped(
     wrapped = pc.and_(
         pc.starts_with(values, pattern='{"schema":'), pc.ends_with(values, pattern="}")
     )
-    left = _numpy(wrapped.fill_null(False))
+    left = as_mask(wrapped.fill_null(False))
     rest = [np.flatnonzero(~left)]
     groups = 0
     for _ in range(4 * _WRAPPED_GROUPS):
@@ -77,7 +72,7 @@ def read_wrapped(
             rest.append(np.array([at]))
             continue
         groups += 1
-        members = left & _numpy(pc.starts_with(values, pattern=head).fill_null(False))
+        members = left & as_mask(pc.starts_with(values, pattern=head).fill_null(False))
         left &= ~members
         rows = np.flatnonzero(members)
         units = units_of(first[:cut])

@@ -366,18 +366,24 @@ def to_target(
         fast = _arrow_temporal(arr, t, options, convert, bad)
         if fast is not None:
             return fast
-        out: list[Any] = []
-        for i, v in enumerate(arr.to_pylist()):
-            if v is None:
-                out.append(None)
-                continue
-            try:
-                out.append(convert(v))
-            except CoercionError:
-                bad[i] = True
-                out.append(None)
-        return pa.array(out, type=t)
+        return _per_value(arr, t, convert, bad)
     return arr if arr.type == t else arr.cast(t)
+
+
+def _per_value(arr: pa.Array, t: pa.DataType, convert: Any, bad: np.ndarray) -> pa.Array:
+    """``arr`` converted value by value (nulls stay null); a value ``convert`` refuses
+    marks its row in ``bad``."""
+    out: list[Any] = []
+    for i, v in enumerate(arr.to_pylist()):
+        if v is None:
+            out.append(None)
+            continue
+        try:
+            out.append(convert(v))
+        except CoercionError:
+            bad[i] = True
+            out.append(None)
+    return pa.array(out, type=t)
 
 
 def epoch_target(
@@ -395,17 +401,7 @@ def epoch_target(
     if not pa.types.is_integer(arr.type):
         return to_target(arr, t, ice, options, bad)
     convert = primitive_converter(ice, options)  # type: ignore[arg-type]
-    out: list[Any] = []
-    for i, v in enumerate(arr.to_pylist()):
-        if v is None:
-            out.append(None)
-            continue
-        try:
-            out.append(convert(EpochTime(v, unit)))
-        except CoercionError:
-            bad[i] = True
-            out.append(None)
-    return pa.array(out, type=t)
+    return _per_value(arr, t, lambda v: convert(EpochTime(v, unit)), bad)
 
 
 # Strings these patterns match are parsed by Arrow's cast exactly as ``coerce`` parses them

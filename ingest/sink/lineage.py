@@ -4,9 +4,9 @@ keep the ``_row_id`` of the rows they replace.
 The primary-key index lookup that finds the rows a batch deletes also says, for every
 upserted key the table holds, where its old row is; ``RowIdReader`` turns that (file,
 position) into the old row's ``_row_id``. Each new data file holding such updates is
-copied with the ids stored (``calving.ingest.write.row_ids``); the rows of keys the batch
-deleted before upserting them again (``renewed_keys``) are new rows and store none, as
-are inserts. A key with several live rows (a table other tools wrote) keeps the id of
+copied with the ids appended as columns (``calving.ingest.write.row_ids``); the rows of
+keys the batch deleted before upserting them again (``renewed_keys``) are new rows and
+store none, as are inserts. A key with several live rows (a table other tools wrote) keeps the id of
 the first one the index returns.
 """
 
@@ -70,8 +70,11 @@ def keep_row_ids(
     def copy(job: tuple[DataFile, np.ndarray]) -> DataFile:
         return store_row_ids(io, metadata.schema, *job)
 
-    with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(jobs))) as pool:
-        copies = list(pool.map(copy, jobs.values()))  # Parquet I/O releases the GIL
+    if len(jobs) == 1:
+        copies = [copy(job) for job in jobs.values()]
+    else:
+        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(jobs))) as pool:
+            copies = list(pool.map(copy, jobs.values()))  # file I/O releases the GIL
     for j, copied in zip(jobs, copies):
         files[j] = (copied, files[j][1])
     return replace(parsed, files=files)

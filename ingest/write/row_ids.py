@@ -18,6 +18,7 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from calving.commit.errors import CalvingError
 from calving.commit.io import FileIO
@@ -27,10 +28,20 @@ from calving.commit.spec.schema import Schema
 from calving.commit.spec.sort_order import UNSORTED
 from calving.commit.table.data_files import project, read_data_file
 from calving.commit.table.row_ids import UNKNOWN
+from calving.ingest.write.append_columns import (
+    SpliceError,
+    append_columns,
+    footer,
+    row_group_rows,
+)
+from calving.ingest.write.arrow_schema import schema_to_arrow
 from calving.ingest.write.parquet_writer import write_data_file
 from calving.ingest.write.rewrite import table_metrics, with_lineage
+from calving.ingest.write.thrift_compact import ThriftError
 
 log = logging.getLogger("calving.row_ids")
+
+_LINEAGE_ARROW = schema_to_arrow(Schema(rl.LINEAGE_FIELDS))
 
 
 def lineage_location(location: str) -> str:
@@ -42,11 +53,51 @@ def lineage_location(location: str) -> str:
 def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.ndarray) -> DataFile:
     """A copy of the uncommitted ``data_file`` (rows of ``schema``) whose row ``i``
     stores ``row_ids[i]`` as its ``_row_id`` (``UNKNOWN``: null, inherited) and a null
-    ``_last_updated_sequence_number``; ``data_file`` itself is deleted."""
+    ``_last_updated_sequence_number``; ``data_file`` itself is deleted.
+
+    The copy is the file's bytes with the two columns appended (``append_columns``): its
+    data is not decoded or encoded again. A file that cannot be spliced (an encrypted
+    footer, say) is read and written again whole."""
     if len(row_ids) != data_file.record_count:
         raise ValueError(
             f"{data_file.file_path}: {len(row_ids)} row ids for {data_file.record_count} rows"
         )
+    location = lineage_location(data_file.file_path)
+    original = io.read(data_file.file_path)
+    try:
+        decoded = footer(original)
+        lineage = _lineage_columns(row_ids, row_group_rows(decoded[0]))
+        spliced = append_columns(original, lineage, decoded)
+    except (SpliceError, ThriftError) as err:
+        log.debug("%s: rewriting whole to store row ids (%s)", data_file.file_path, err)
+        out = _rewrite(io, schema, data_file, row_ids, location)
+    else:
+        io.write(location, spliced)
+        out = replace(data_file, file_path=location, file_size_in_bytes=len(spliced))
+    try:
+        io.delete(data_file.file_path)
+    except CalvingError as err:  # an uncommitted file left behind is an orphan, no more
+        log.warning("could not delete %s: %s", data_file.file_path, err)
+    return out
+
+
+def _lineage_columns(row_ids: np.ndarray, group_rows: list[int]) -> bytes:
+    """A Parquet file of the two lineage columns, with row groups of ``group_rows``."""
+    ids = pa.array(row_ids, pa.int64(), mask=np.asarray(row_ids) == UNKNOWN)
+    columns = pa.table([ids, pa.nulls(len(row_ids), pa.int64())], schema=_LINEAGE_ARROW)
+    sink = pa.BufferOutputStream()
+    with pq.ParquetWriter(sink, _LINEAGE_ARROW, compression="zstd", use_dictionary=False) as writer:
+        at = 0
+        for rows in group_rows:
+            writer.write_table(columns.slice(at, rows), row_group_size=max(rows, 1))
+            at += rows
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _rewrite(
+    io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.ndarray, location: str
+) -> DataFile:
+    """``store_row_ids`` by reading the file's rows and writing them again."""
     rows = project(read_data_file(io, data_file, "storing row ids"), schema)
     ids = pa.array(row_ids, pa.int64(), mask=np.asarray(row_ids) == UNKNOWN)
     rows = rows.append_column(rl.ROW_ID.name, ids).append_column(
@@ -54,15 +105,10 @@ def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.n
     )
     written = write_data_file(
         io,
-        lineage_location(data_file.file_path),
+        location,
         rows,
         with_lineage(schema),
         partition=data_file.partition,
         spec_id=data_file.spec_id,
     )
-    out = replace(table_metrics(written, UNSORTED), sort_order_id=data_file.sort_order_id)
-    try:
-        io.delete(data_file.file_path)
-    except CalvingError as err:  # an uncommitted file left behind is an orphan, no more
-        log.warning("could not delete %s: %s", data_file.file_path, err)
-    return out
+    return replace(table_metrics(written, UNSORTED), sort_order_id=data_file.sort_order_id)

@@ -18,6 +18,8 @@ from calving.commit.spec.types import LONG, STRING, NestedField
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.row_ids import UNKNOWN, RowIdReader, read_stored_row_ids
 from calving.commit.table.table import Table, create_table
+from calving.ingest.write import row_ids as row_ids_module
+from calving.ingest.write.append_columns import SpliceError
 from calving.ingest.write.parquet_writer import write_data_file
 from calving.ingest.write.row_ids import store_row_ids
 from tests.support.lineage import snapshot_rows
@@ -90,3 +92,36 @@ def test_the_reader_prefers_stored_ids_and_falls_back_to_first_row_id(table: Tab
         assert got[stored.file_path].tolist() == [want[4], want[5], want[6]]
     with pytest.raises(FileNotFoundInTableError):
         reader.row_ids(table.metadata, {f"{where}/not-committed.parquet": np.array([0])})
+
+
+def _chunk_sizes(path: str) -> list[int]:
+    md = pq.ParquetFile(path.removeprefix("file://")).metadata
+    return [md.row_group(0).column(c).total_compressed_size for c in range(md.num_columns)]
+
+
+def test_the_copy_keeps_the_task_files_column_chunks_as_bytes(table: Table) -> None:
+    loc = f"{table.metadata.location}/data/task-2.parquet"
+    original = write_data_file(table.io, loc, _rows(list(range(50))), SCHEMA)
+    sizes = _chunk_sizes(original.file_path)
+    ids = np.where(np.arange(50) % 2 == 0, np.arange(50) + 1000, UNKNOWN).astype(np.int64)
+    copy = store_row_ids(table.io, SCHEMA, original, ids)
+    assert _chunk_sizes(copy.file_path)[:2] == sizes  # spliced, not encoded again
+    assert copy.file_size_in_bytes == table.io.size(copy.file_path)
+    columns = _field_id_columns(copy.file_path)
+    assert columns[rl.ROW_ID_FIELD_ID] == [i + 1000 if i % 2 == 0 else None for i in range(50)]
+
+
+def test_a_file_that_cannot_be_spliced_is_written_again_whole(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*_: object) -> bytes:
+        raise SpliceError("column chunks in other files or encrypted")
+
+    monkeypatch.setattr(row_ids_module, "append_columns", refuse)
+    loc = f"{table.metadata.location}/data/task-3.parquet"
+    original = write_data_file(table.io, loc, _rows([1, 2]), SCHEMA)
+    copy = store_row_ids(table.io, SCHEMA, original, np.array([UNKNOWN, 7], np.int64))
+    assert not table.io.exists(original.file_path)
+    columns = _field_id_columns(copy.file_path)
+    assert columns[1] == [1, 2] and columns[rl.ROW_ID_FIELD_ID] == [None, 7]
+    assert copy.file_size_in_bytes == table.io.size(copy.file_path)

@@ -1,0 +1,185 @@
+"""Columns appended to a written Parquet file without decoding or re-encoding its data.
+
+A Parquet file is its column chunks followed by a footer (Thrift ``FileMetaData``) that
+says where each chunk is. To add columns to a file, the new columns are written as a small
+Parquet file of their own with the same row groups; the result is the original's bytes up
+to its footer, the small file's chunks, and one footer naming both, with the small file's
+offsets moved to where its chunks now sit. The original's chunks are copied as bytes: the
+cost is a copy of the file and the new columns' encoding, not a Parquet rewrite.
+
+Field ids of ``FileMetaData`` and its parts, from the parquet-format Thrift definition.
+Codecs on bytes only (no I/O).
+"""
+
+from __future__ import annotations
+
+import base64
+
+import pyarrow as pa
+
+from calving.ingest.write import thrift_compact as tc
+
+MAGIC = b"PAR1"
+
+# FileMetaData
+_SCHEMA, _ROW_GROUPS, _KEY_VALUES, _COLUMN_ORDERS = 2, 4, 5, 7
+_ENCRYPTION = (8, 9)
+# SchemaElement
+_NUM_CHILDREN, _NAME = 5, 4
+# RowGroup
+_COLUMNS, _TOTAL_BYTE_SIZE, _RG_ROWS, _TOTAL_COMPRESSED = 1, 2, 3, 6
+# ColumnChunk: file_path, file_offset, meta_data, offset/column index offsets, crypto
+_CHUNK_PATH, _CHUNK_META, _CHUNK_CRYPTO = 1, 3, 8
+_CHUNK_OFFSETS = (2, 4, 6)
+# ColumnMetaData: data page, index page, dictionary page, bloom filter offsets
+_META_OFFSETS = (9, 10, 11, 14)
+# KeyValue
+_KEY, _VALUE = 1, 2
+ARROW_SCHEMA_KEY = b"ARROW:schema"
+
+
+class SpliceError(ValueError):
+    """Two Parquet files whose columns cannot be put side by side as bytes."""
+
+
+def footer(data: bytes) -> tuple[tc.Struct, int]:
+    """A Parquet file's decoded ``FileMetaData`` and where it starts."""
+    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
+        raise SpliceError("not a Parquet file (no PAR1 at both ends)")
+    length = int.from_bytes(data[-8:-4], "little")
+    start = len(data) - 8 - length
+    if start < 4:
+        raise SpliceError(f"footer length {length} is past the start of the file")
+    return tc.decode_struct(data[start:-8]), start
+
+
+def row_group_rows(meta: tc.Struct) -> list[int]:
+    """Rows in each row group of a decoded footer."""
+    return [int(rg.get(_RG_ROWS)) for rg in meta.get(_ROW_GROUPS, tc.ListValue(0, [])).items]
+
+
+def append_columns(
+    original: bytes, extra: bytes, decoded: tuple[tc.Struct, int] | None = None
+) -> bytes:
+    """A Parquet file holding ``original``'s columns followed by ``extra``'s, whose row
+    groups must have the same rows as ``original``'s. Names must not repeat.
+    ``decoded``: ``footer(original)`` if the caller has it (it is changed)."""
+    meta, start = decoded or footer(original)
+    more, more_start = footer(extra)
+    _check(meta, more)
+    shift = start - len(MAGIC)  # where extra's byte 4 lands
+    out_meta = meta  # freshly decoded: changed in place
+    _append_schema(out_meta, more)
+    for group, other in zip(out_meta.get(_ROW_GROUPS).items, more.get(_ROW_GROUPS).items):
+        _append_chunks(group, other, shift)
+    orders, more_orders = out_meta.get(_COLUMN_ORDERS), more.get(_COLUMN_ORDERS)
+    if orders is not None:
+        orders.items.extend(more_orders.items)
+    _merge_arrow_schema(out_meta, more)
+    encoded = tc.encode_struct(out_meta)
+    return b"".join(
+        (
+            original[:start],
+            extra[len(MAGIC) : more_start],
+            encoded,
+            len(encoded).to_bytes(4, "little"),
+            MAGIC,
+        )
+    )
+
+
+def _check(meta: tc.Struct, more: tc.Struct) -> None:
+    for m in (meta, more):
+        if any(m.has(i) for i in _ENCRYPTION):
+            raise SpliceError("encrypted footers are not spliced")
+        for group in m.get(_ROW_GROUPS, tc.ListValue(0, [])).items:
+            for chunk in group.get(_COLUMNS).items:
+                if chunk.has(_CHUNK_PATH) or chunk.has(_CHUNK_CRYPTO):
+                    raise SpliceError("column chunks in other files or encrypted")
+    if row_group_rows(meta) != row_group_rows(more):
+        raise SpliceError(
+            f"row groups differ: {row_group_rows(meta)} rows vs {row_group_rows(more)}"
+        )
+    if meta.has(_COLUMN_ORDERS) != more.has(_COLUMN_ORDERS):
+        raise SpliceError("one file has column orders and the other none")
+    names = _top_names(meta)
+    clash = names & _top_names(more)
+    if clash:
+        raise SpliceError(f"columns in both files: {sorted(n.decode() for n in clash)}")
+
+
+def _top_names(meta: tc.Struct) -> set[bytes]:
+    """Names of the top-level columns (the root's children, walked through nesting)."""
+    elements = meta.get(_SCHEMA).items
+    names: set[bytes] = set()
+    i = 1
+    for _ in range(int(elements[0].get(_NUM_CHILDREN, 0))):
+        names.add(elements[i].get(_NAME))
+        i = _skip(elements, i)
+    return names
+
+
+def _skip(elements: list[tc.Struct], i: int) -> int:
+    """The index after element ``i`` and all its descendants."""
+    children = int(elements[i].get(_NUM_CHILDREN, 0))
+    i += 1
+    for _ in range(children):
+        i = _skip(elements, i)
+    return i
+
+
+def _append_schema(meta: tc.Struct, more: tc.Struct) -> None:
+    elements = meta.get(_SCHEMA).items
+    more_elements = more.get(_SCHEMA).items
+    root = elements[0]
+    root.set(
+        _NUM_CHILDREN, tc.I32, root.get(_NUM_CHILDREN, 0) + more_elements[0].get(_NUM_CHILDREN, 0)
+    )
+    elements.extend(more_elements[1:])
+
+
+def _append_chunks(group: tc.Struct, other: tc.Struct, shift: int) -> None:
+    chunks = other.get(_COLUMNS).items
+    for chunk in chunks:
+        _shift(chunk, _CHUNK_OFFSETS, shift)
+        _shift(chunk.get(_CHUNK_META), _META_OFFSETS, shift)
+    group.get(_COLUMNS).items.extend(chunks)
+    group.set(_TOTAL_BYTE_SIZE, tc.I64, group.get(_TOTAL_BYTE_SIZE) + other.get(_TOTAL_BYTE_SIZE))
+    if group.has(_TOTAL_COMPRESSED) and other.has(_TOTAL_COMPRESSED):
+        total = group.get(_TOTAL_COMPRESSED) + other.get(_TOTAL_COMPRESSED)
+        group.set(_TOTAL_COMPRESSED, tc.I64, total)
+
+
+def _shift(s: tc.Struct | None, field_ids: tuple[int, ...], by: int) -> None:
+    if s is None:
+        return
+    for f in s.fields:
+        if f.id in field_ids:
+            f.value += by
+
+
+def _merge_arrow_schema(meta: tc.Struct, more: tc.Struct) -> None:
+    """The stored Arrow schema (which pyarrow reads types from) with ``more``'s fields
+    appended; left out when either file has none."""
+    kv = meta.get(_KEY_VALUES)
+    if kv is None:
+        return
+    mine = _arrow_schema(meta)
+    theirs = _arrow_schema(more)
+    if mine is None or theirs is None:
+        kv.items = [e for e in kv.items if e.get(_KEY) != ARROW_SCHEMA_KEY]
+        return
+    merged = pa.schema(list(mine) + list(theirs), metadata=mine.metadata)
+    value = base64.b64encode(merged.serialize().to_pybytes())
+    for entry in kv.items:
+        if entry.get(_KEY) == ARROW_SCHEMA_KEY:
+            entry.set(_VALUE, tc.BINARY, value)
+
+
+def _arrow_schema(meta: tc.Struct) -> pa.Schema | None:
+    kv = meta.get(_KEY_VALUES)
+    for entry in kv.items if kv is not None else ():
+        if entry.get(_KEY) == ARROW_SCHEMA_KEY and entry.get(_VALUE) is not None:
+            raw = base64.b64decode(entry.get(_VALUE))
+            return pa.ipc.read_schema(pa.py_buffer(raw))
+    return None

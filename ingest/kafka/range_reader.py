@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
 import pyarrow as pa
@@ -22,6 +22,7 @@ from calving.commit.errors import Terminal, Transient
 from calving.ingest.kafka.client_log import with_client_log
 from calving.ingest.kafka.offsets import KafkaDataLossError, OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
+from calving.ingest.kafka.prefetch import fetch_together, small_ranges
 
 _log = logging.getLogger("calving.ingest.kafka")
 
@@ -177,24 +178,50 @@ def _new_consumer(options: KafkaSourceOptions) -> Any:
 class RangeReader:
     """Reads ranges one after another with one consumer (created at the first range
     that has records), each range re-assigning it: a task reading many small ranges
-    opens one connection instead of one per range. ``close()`` when done."""
+    opens one connection instead of one per range. ``prefetch`` first fetches the
+    small ranges of a task together (``calving.ingest.kafka.prefetch``); ``read`` then
+    serves them from memory. ``close()`` when done."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
         self._consumer: Any = None
         #: Topics whose metadata the consumer holds (None: not asked yet).
         self._known: set[str] | None = None
+        #: Ranges fetched whole by ``prefetch``, not read yet: their records.
+        self._fetched: dict[OffsetRange, list[Any]] = {}
+
+    def prefetch(self, ranges: Sequence[OffsetRange]) -> int:
+        """Fetch the small ones of ``ranges`` with one assignment; how many were."""
+        picked = small_ranges(ranges)
+        if len(picked) < 2:
+            return 0
+        self._open()
+        for r in picked:
+            self._know(r.topic)
+        fetched = fetch_together(self._consumer, picked, self.options.poll_timeout_s)
+        for r in picked:
+            messages = fetched.get((r.topic, r.partition))
+            if messages is not None:
+                self._fetched[r] = messages
+        return len(self._fetched)
 
     def read(self, offset_range: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """Like ``read_range``, on the shared consumer."""
+        """Like ``read_range``, on the shared consumer (or from what ``prefetch`` got)."""
         if offset_range.size <= 0:
             return
-        if self._consumer is None:
-            self._consumer = _new_consumer(self.options)
+        messages = self._fetched.pop(offset_range, None)
+        if messages is not None:
+            yield from _fetched_batches(offset_range, messages, schema, self.options)
+            return
+        self._open()
         self._know(offset_range.topic)
         yield from _RangeRead(
             self._consumer, self.options, offset_range, schema, shared=True
         ).batches()
+
+    def _open(self) -> None:
+        if self._consumer is None:
+            self._consumer = _new_consumer(self.options)
 
     def _know(self, topic: str) -> None:
         """Fetch the topic's metadata before assigning it: a consumer re-assigned to a
@@ -216,6 +243,7 @@ class RangeReader:
             _log.debug("metadata of %s not fetched ahead: %s", topic, err)
 
     def close(self) -> None:
+        self._fetched.clear()
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
@@ -226,6 +254,18 @@ class RangeReader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _fetched_batches(
+    span: OffsetRange, messages: list[Any], schema: pa.Schema, options: KafkaSourceOptions
+) -> Iterator[pa.RecordBatch]:
+    columns = _Columns(span.topic, span.partition, options.include_headers)
+    for at in range(0, len(messages), CONSUME_BATCH):
+        columns.extend(messages[at : at + CONSUME_BATCH])
+        if columns.full():
+            yield columns.to_batch(schema)
+    if len(columns):
+        yield columns.to_batch(schema)
 
 
 class _RangeRead:

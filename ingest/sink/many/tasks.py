@@ -2,11 +2,12 @@
 
 A task gets the range rows Spark gave it (``topic``, ``partition``, ``start``, ``end``)
 and a ``TablePlan`` per topic (the plans are pickled once per batch). It reads its ranges
-with one confluent-kafka consumer (``RangeReader``), notes the value schemas the change
-events carry (``SchemaSniffer``), decodes with the table's decoder and writes the
-table's files: appends as they come, keyed tables keeping each key's last event. A
-record that does not decode is not judged while its table's ranges carry a value schema
-the driver has not checked against the table (``TablePlan.settled``): the task reports
+with one confluent-kafka consumer (``RangeReader``; the small ranges fetched together
+first), notes the value schemas the change events carry (``SchemaSniffer``), decodes
+with the table's decoder and writes the table's files: appends as they come, keyed
+tables keeping each key's last event. A record that does not decode is not judged
+while its table's ranges carry a value schema the driver has not checked against the
+table (``TablePlan.settled``): the task reports
 ``DeadLettersDeferred`` instead, and the driver evolves the table and writes the batch
 again before any record is a dead letter (a widened column's values fit only after the
 table widened). A table stopped by an incompatible schema change sends every record to
@@ -132,6 +133,8 @@ def many_tables_task(
         try:
             with RangeReader(options) as shared:  # one consumer for all the task's ranges
                 reader = shared if reuse_consumer else None
+                if reader is not None:  # quiet tables' few records: one fetch for all
+                    reader.prefetch([r for ranges in spans.values() for r in ranges])
                 for topic, ranges in spans.items():
                     plan = plans[topic]
                     messages = table_messages(plan, options, ranges, reader)

@@ -171,3 +171,71 @@ def test_a_topic_created_after_the_first_read_is_read_on_the_same_consumer(
         assert c in reader._known
     assert first.column("value").to_pylist() == [f"a{i}".encode() for i in range(5)]
     assert later.column("value").to_pylist() == [b"c0", b"c1", b"c2"]
+
+
+def test_small_ranges_are_fetched_together_and_read_as_alone(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    """``RangeReader.prefetch`` (a many-table task's quiet tables): small ranges of
+    several topics and partitions fetched with one assignment read exactly as each range
+    read alone: records past a range's end left out, a range ending in a transaction
+    marker's gap, a range from the middle. A big range, a partition planned twice and an
+    empty range are left to the per-range reads, which still work after the prefetch."""
+    from confluent_kafka import Producer
+
+    topics = [make_topic(partitions=2) for _ in range(6)]
+    for n, topic in enumerate(topics):
+        for partition in (0, 1):
+            produce(broker.bootstrap_servers, topic,
+                    [(partition, None, f"{n}/{partition}/{i}".encode(), None) for i in range(8)])  # fmt: skip
+    marked = make_topic()
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": marked})
+    producer.init_transactions(10)
+    producer.begin_transaction()
+    for i in range(3):
+        producer.produce(marked, value=f"m{i}".encode(), partition=0)
+    producer.commit_transaction(10)  # offsets 0..2, the marker at 3
+    big = make_topic()
+    produce(broker.bootstrap_servers, big, [(0, None, f"big{i}".encode(), None) for i in range(6_000)])  # fmt: skip
+    small = [OffsetRange(t, p, 2, 6) for t in topics[:5] for p in (0, 1)]
+    ranges = [
+        *small,
+        OffsetRange(topics[5], 0, 0, 8),
+        OffsetRange(marked, 0, 0, 4),  # ends in the marker's gap
+        OffsetRange(big, 0, 0, 6_000),  # too big to fetch together
+        OffsetRange(topics[5], 1, 0, 3),  # the same partition twice: read alone
+        OffsetRange(topics[5], 1, 3, 5),
+        OffsetRange(topics[5], 0, 8, 8),  # empty
+    ]
+    schema = kafka_arrow_schema(False)
+    with RangeReader(options(broker)) as reader:
+        assert reader.prefetch(ranges) == len(small) + 2
+        for r in reversed(ranges):  # in any order, as a task's tables come
+            table = pa.Table.from_batches(list(reader.read(r, schema)), schema)
+            alone = read(options(broker), r)
+            assert table.equals(alone), r
+            if r.topic == marked:
+                assert table.column("value").to_pylist() == [b"m0", b"m1", b"m2"]
+            elif r.size:
+                assert table.column("offset").to_pylist() == list(range(r.start, r.end)), r
+        assert not reader._fetched  # every fetched range was handed out once
+
+
+def test_a_prefetch_on_a_frozen_broker_leaves_the_error_to_the_range_read(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    topic = make_topic(partitions=2)
+    for partition in (0, 1):
+        produce(broker.bootstrap_servers, topic, [(partition, None, b"x", None)] * 3)
+    opts = options(broker, **{"kafkaConsumer.pollTimeoutMs": "1500"})
+    ranges = [OffsetRange(topic, 0, 0, 3), OffsetRange(topic, 1, 0, 3)]
+    with RangeReader(opts) as reader:
+        reader._open()
+        reader._know(topic)
+        broker.pause()
+        try:
+            assert reader.prefetch(ranges) == 0
+            with pytest.raises(KafkaReadTimeoutError):
+                list(reader.read(ranges[0], kafka_arrow_schema(False)))
+        finally:
+            broker.resume()

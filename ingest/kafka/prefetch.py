@@ -85,11 +85,29 @@ def fetch_together(
     """The records of ``ranges`` (distinct topic-partitions), fetched on ``consumer`` with
     one assignment, for each range read to its end; a range given up is missing. Stops
     (keeping what is whole) after ``idle_s`` without a record."""
-    from confluent_kafka import KafkaError, TopicPartition
+    from confluent_kafka import TopicPartition
 
     pending = {(r.topic, r.partition): _Pending(r) for r in ranges}
     done: dict[Key, list[Any]] = {}
+    paused: list[Any] = []
     consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
+    try:
+        _fetch(consumer, pending, done, paused, idle_s)
+    finally:
+        if paused:  # a partition stays paused through later assignments: resume it
+            consumer.resume(paused)
+    return done
+
+
+def _fetch(
+    consumer: Any,
+    pending: dict[Key, _Pending],
+    done: dict[Key, list[Any]],
+    paused: list[Any],
+    idle_s: float,
+) -> None:
+    from confluent_kafka import KafkaError, TopicPartition
+
     last = time.monotonic()
     while pending:
         # consume() waits until it has this many events or the time is up: ask for no
@@ -108,19 +126,16 @@ def fetch_together(
             if state is None:
                 continue
             error = m.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF and m.offset() >= state.span.end:
-                    state.next_offset = state.span.end  # the range ends in a gap
-                del pending[key]
-                finished.append(key)
-                if state.done:
-                    done[key] = state.messages
+            if error is None and state.take(m):
                 continue
-            if not state.take(m):
-                del pending[key]
-                finished.append(key)
-                if state.done:
-                    done[key] = state.messages
+            eof = error is not None and error.code() == KafkaError._PARTITION_EOF
+            if eof and m.offset() >= state.span.end:
+                state.next_offset = state.span.end  # the range ends in a gap
+            del pending[key]  # finished, or given up
+            finished.append(key)
+            if state.done:
+                done[key] = state.messages
         if finished and pending:  # stop fetching what is finished
-            consumer.pause([TopicPartition(t, p) for t, p in finished])
-    return done
+            stop = [TopicPartition(t, p) for t, p in finished]
+            consumer.pause(stop)
+            paused.extend(stop)

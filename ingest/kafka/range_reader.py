@@ -10,7 +10,9 @@ watermark quirk: the end is whatever ``latestOffset`` planned.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -180,10 +182,13 @@ class RangeReader:
     that has records), each range re-assigning it: a task reading many small ranges
     opens one connection instead of one per range. ``prefetch`` first fetches the
     small ranges of a task together (``calving.ingest.kafka.prefetch``); ``read`` then
-    serves them from memory. ``close()`` when done."""
+    serves them from memory. ``close()`` when done: the consumer, unassigned, is kept
+    for the next reader of the process with the same client settings (a Spark Python
+    worker runs one task at a time and is reused), unless the reader failed."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
+        self._key = _client_key(options)
         self._consumer: Any = None
         #: Topics whose metadata the consumer holds (None: not asked yet).
         self._known: set[str] | None = None
@@ -221,7 +226,11 @@ class RangeReader:
 
     def _open(self) -> None:
         if self._consumer is None:
-            self._consumer = _new_consumer(self.options)
+            idle = _IDLE.pop(self._key, None)
+            if idle is not None:
+                self._consumer, self._known = idle
+            else:
+                self._consumer = _new_consumer(self.options)
 
     def _know(self, topic: str) -> None:
         """Fetch the topic's metadata before assigning it: a consumer re-assigned to a
@@ -242,18 +251,53 @@ class RangeReader:
         except KafkaException as err:
             _log.debug("metadata of %s not fetched ahead: %s", topic, err)
 
-    def close(self) -> None:
+    def close(self, keep: bool = True) -> None:
+        """Done reading: keep the consumer for the next reader (``keep``), else close it."""
+        from confluent_kafka import KafkaException
+
         self._fetched.clear()
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-            self._known = None
+        consumer, known = self._consumer, self._known
+        self._consumer, self._known = None, None
+        if consumer is None:
+            return
+        if keep:
+            try:
+                consumer.unassign()  # no fetching while idle
+            except KafkaException:
+                keep = False
+        if not keep:
+            consumer.close()
+            return
+        replaced = _IDLE.pop(self._key, None)
+        _IDLE[self._key] = (consumer, known)
+        if replaced is not None:
+            replaced[0].close()
 
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.close(keep=exc_type is None)
+
+
+#: An idle consumer (and the topics it knows) per client settings, kept between readers.
+_IDLE: dict[tuple[tuple[str, str], ...], tuple[Any, set[str] | None]] = {}
+
+
+def _client_key(options: KafkaSourceOptions) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((str(k), str(v)) for k, v in options.client_config.items()))
+
+
+def close_idle_consumers() -> None:
+    """Close the consumers kept between readers (at exit, and in tests)."""
+    while _IDLE:
+        _, (consumer, _) = _IDLE.popitem()
+        consumer.close()
+
+
+atexit.register(close_idle_consumers)
+# A forked child must not use its parent's client (librdkafka's threads are not copied).
+os.register_at_fork(after_in_child=_IDLE.clear)
 
 
 def _fetched_batches(

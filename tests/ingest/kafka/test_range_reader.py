@@ -179,8 +179,9 @@ def test_small_ranges_are_fetched_together_and_read_as_alone(
     """``RangeReader.prefetch`` (a many-table task's quiet tables): small ranges of
     several topics and partitions fetched with one assignment read exactly as each range
     read alone: records past a range's end left out, a range ending in a transaction
-    marker's gap, a range from the middle. A big range, a partition planned twice and an
-    empty range are left to the per-range reads, which still work after the prefetch."""
+    marker's gap, a range from the middle. A range starting in such a gap is given up, and
+    a big range, a partition planned twice and an empty range are left to the per-range
+    reads, which still work after the prefetch (partitions it paused are resumed)."""
     from confluent_kafka import Producer
 
     topics = [make_topic(partitions=2) for _ in range(6)]
@@ -188,13 +189,17 @@ def test_small_ranges_are_fetched_together_and_read_as_alone(
         for partition in (0, 1):
             produce(broker.bootstrap_servers, topic,
                     [(partition, None, f"{n}/{partition}/{i}".encode(), None) for i in range(8)])  # fmt: skip
-    marked = make_topic()
-    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "transactional.id": marked})
-    producer.init_transactions(10)
-    producer.begin_transaction()
-    for i in range(3):
-        producer.produce(marked, value=f"m{i}".encode(), partition=0)
-    producer.commit_transaction(10)  # offsets 0..2, the marker at 3
+    marked, late = make_topic(), make_topic()
+    for topic in (marked, late):
+        producer = Producer(
+            {"bootstrap.servers": broker.bootstrap_servers, "transactional.id": topic}
+        )
+        producer.init_transactions(10)
+        producer.begin_transaction()
+        for i in range(3):
+            producer.produce(topic, value=f"m{i}".encode(), partition=0)
+        producer.commit_transaction(10)  # offsets 0..2, the marker at 3
+    produce(broker.bootstrap_servers, late, [(0, None, b"after", None)])  # offset 4
     big = make_topic()
     produce(broker.bootstrap_servers, big, [(0, None, f"big{i}".encode(), None) for i in range(6_000)])  # fmt: skip
     small = [OffsetRange(t, p, 2, 6) for t in topics[:5] for p in (0, 1)]
@@ -202,6 +207,7 @@ def test_small_ranges_are_fetched_together_and_read_as_alone(
         *small,
         OffsetRange(topics[5], 0, 0, 8),
         OffsetRange(marked, 0, 0, 4),  # ends in the marker's gap
+        OffsetRange(late, 0, 3, 5),  # starts in it: given up (the range read checks it)
         OffsetRange(big, 0, 0, 6_000),  # too big to fetch together
         OffsetRange(topics[5], 1, 0, 3),  # the same partition twice: read alone
         OffsetRange(topics[5], 1, 3, 5),
@@ -216,6 +222,8 @@ def test_small_ranges_are_fetched_together_and_read_as_alone(
             assert table.equals(alone), r
             if r.topic == marked:
                 assert table.column("value").to_pylist() == [b"m0", b"m1", b"m2"]
+            elif r.topic == late:
+                assert table.column("value").to_pylist() == [b"after"]
             elif r.size:
                 assert table.column("offset").to_pylist() == list(range(r.start, r.end)), r
         assert not reader._fetched  # every fetched range was handed out once
@@ -239,3 +247,42 @@ def test_a_prefetch_on_a_frozen_broker_leaves_the_error_to_the_range_read(
                 list(reader.read(ranges[0], kafka_arrow_schema(False)))
         finally:
             broker.resume()
+
+
+def test_the_next_reader_of_the_process_takes_over_the_idle_consumer(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    """A reader that finished leaves its consumer (unassigned, with the topics it knows)
+    to the next reader with the same client settings: the next Spark task of a reused
+    Python worker connects no more. A reader that failed closes its consumer."""
+    from calving.ingest.kafka import range_reader
+
+    range_reader.close_idle_consumers()
+    a, b = make_topic(), make_topic()
+    for topic in (a, b):
+        produce(broker.bootstrap_servers, topic, [(0, None, f"{topic}-{i}".encode(), None) for i in range(6)])  # fmt: skip
+    schema = kafka_arrow_schema(False)
+    opts = options(broker)
+
+    def values(reader: RangeReader, r: OffsetRange) -> list[bytes]:
+        return (
+            pa.Table.from_batches(list(reader.read(r, schema)), schema).column("value").to_pylist()
+        )
+
+    with RangeReader(opts) as first:
+        assert values(first, OffsetRange(a, 0, 0, 4)) == [f"{a}-{i}".encode() for i in range(4)]
+        consumer = first._consumer
+    with RangeReader(opts) as second:  # the same partition again, and another topic
+        assert values(second, OffsetRange(a, 0, 2, 6)) == [f"{a}-{i}".encode() for i in range(2, 6)]
+        assert second._consumer is consumer and second._known is not None and a in second._known
+        assert values(second, OffsetRange(b, 0, 1, 3)) == [f"{b}-1".encode(), f"{b}-2".encode()]
+    with RangeReader(options(broker, **{"kafka.client.id": "other"})) as other:
+        values(other, OffsetRange(a, 0, 0, 1))
+        assert other._consumer is not consumer  # other client settings: its own consumer
+    with pytest.raises(RuntimeError), RangeReader(opts) as failing:
+        values(failing, OffsetRange(b, 0, 0, 2))
+        assert failing._consumer is consumer
+        raise RuntimeError("the task failed")
+    assert range_reader._client_key(opts) not in range_reader._IDLE
+    range_reader.close_idle_consumers()
+    assert not range_reader._IDLE

@@ -295,9 +295,18 @@ def close_idle_consumers() -> None:
         consumer.close()
 
 
+#: Consumers a forked child inherited: never used there, and never destroyed either
+#: (destroying one waits for librdkafka threads the child does not have).
+_INHERITED: list[Any] = []
+
+
+def _forget_after_fork() -> None:
+    _INHERITED.extend(consumer for consumer, _ in _IDLE.values())
+    _IDLE.clear()
+
+
 atexit.register(close_idle_consumers)
-# A forked child must not use its parent's client (librdkafka's threads are not copied).
-os.register_at_fork(after_in_child=_IDLE.clear)
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _fetched_batches(

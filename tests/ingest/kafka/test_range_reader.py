@@ -286,3 +286,35 @@ def test_the_next_reader_of_the_process_takes_over_the_idle_consumer(
     assert range_reader._client_key(opts) not in range_reader._IDLE
     range_reader.close_idle_consumers()
     assert not range_reader._IDLE
+
+
+def test_a_forked_child_neither_uses_nor_destroys_the_idle_consumer(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    import os
+    import time
+
+    from calving.ingest.kafka import range_reader
+
+    range_reader.close_idle_consumers()
+    topic = make_topic()
+    produce(broker.bootstrap_servers, topic, [(0, None, b"x", None)] * 3)
+    schema = kafka_arrow_schema(False)
+    opts = options(broker)
+    with RangeReader(opts) as reader:
+        assert len(list(reader.read(OffsetRange(topic, 0, 0, 3), schema))) == 1
+    assert range_reader._client_key(opts) in range_reader._IDLE
+    pid = os.fork()
+    if pid == 0:  # the child: nothing idle to take, the parent's client left alone
+        os._exit(0 if not range_reader._IDLE and range_reader._INHERITED else 1)
+    deadline = time.monotonic() + 30
+    while (waited := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if waited == (0, 0):  # hung: do not leave it behind
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert waited[0] == pid and os.waitstatus_to_exitcode(waited[1]) == 0
+    with RangeReader(opts) as again:  # the parent still reads on its kept consumer
+        table = pa.Table.from_batches(list(again.read(OffsetRange(topic, 0, 1, 3), schema)), schema)
+        assert table.column("offset").to_pylist() == [1, 2]
+    range_reader.close_idle_consumers()

@@ -7,8 +7,8 @@ after the first record (transaction markers, compaction), the end reached by a r
 or past it or by a partition-end event past it. A range that shows anything else (an
 error event, a first record past its start, which may be retention's doing) is given up
 and read again on its own by ``_RangeRead``, which checks watermarks and reports data loss
-or errors; so is any range still unfinished when the budget is spent. Nothing here
-decides what is lost or what is an error.
+or errors; so is any range still unfinished after ``idle_s`` without a record. Nothing
+here decides what is lost or what is an error.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class _Pending:
 
     def take(self, message: Any) -> bool:
         """Take ``message`` if it belongs to the range; False when the range is finished
-        or must be given up (``given_up``)."""
+        (``done``) or must be given up (not ``done``)."""
         offset = message.offset()
         if offset < self.next_offset:
             return True  # fetched before the assignment moved on: stale

@@ -208,7 +208,7 @@ class RangeReader:
             messages = fetched.get((r.topic, r.partition))
             if messages is not None:
                 self._fetched[r] = messages
-        return len(self._fetched)
+        return len(fetched)
 
     def read(self, offset_range: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
         """Like ``read_range``, on the shared consumer (or from what ``prefetch`` got)."""

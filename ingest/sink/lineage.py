@@ -6,8 +6,8 @@ upserted key the table holds, where its old row is; ``RowIdReader`` turns that (
 position) into the old row's ``_row_id``. Each new data file holding such updates is
 copied with the ids appended as columns (``calving.ingest.write.row_ids``); the rows of
 keys the batch deleted before upserting them again (``renewed_keys``) are new rows and
-store none, as are inserts. A key with several live rows (a table other tools wrote) keeps the id of
-the first one the index returns.
+store none, as are inserts. A key with several live rows (a table other tools wrote)
+keeps the id of the first one the index returns.
 """
 
 from __future__ import annotations

@@ -68,15 +68,14 @@ def append_columns(
     more, more_start = footer(extra)
     _check(meta, more)
     shift = start - len(MAGIC)  # where extra's byte 4 lands
-    out_meta = meta  # freshly decoded: changed in place
-    _append_schema(out_meta, more)
-    for group, other in zip(out_meta.get(_ROW_GROUPS).items, more.get(_ROW_GROUPS).items):
+    _append_schema(meta, more)  # both freshly decoded: changed in place
+    for group, other in zip(meta.get(_ROW_GROUPS).items, more.get(_ROW_GROUPS).items):
         _append_chunks(group, other, shift)
-    orders, more_orders = out_meta.get(_COLUMN_ORDERS), more.get(_COLUMN_ORDERS)
+    orders, more_orders = meta.get(_COLUMN_ORDERS), more.get(_COLUMN_ORDERS)
     if orders is not None:
         orders.items.extend(more_orders.items)
-    _merge_arrow_schema(out_meta, more)
-    encoded = tc.encode_struct(out_meta)
+    _merge_arrow_schema(meta, more)
+    encoded = tc.encode_struct(meta)
     return b"".join(
         (
             original[:start],

@@ -23,10 +23,8 @@ import contextvars
 import errno
 import io
 import os
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol
@@ -45,6 +43,7 @@ from calving.commit.errors import (
     InvalidLocationError,
     UnsupportedFeatureError,
 )
+from calving.commit.thread_pools import shared_pool
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
 LOCAL_SCHEME = "file"
@@ -441,29 +440,13 @@ class FileIO:
             os.close(fd)
 
 
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
 _POOL_WORKERS = 8  # I/O-bound: fsyncs and object-store puts release the GIL
-
-
-def _forget_pool_after_fork() -> None:
-    # A forked child inherits the pool object but none of its threads: work submitted
-    # to it would never run. The child makes its own pool on first use.
-    global _POOL, _POOL_LOCK
-    _POOL, _POOL_LOCK = None, threading.Lock()
-
-
-os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
 def _run_all(fn: Any, calls: Sequence[tuple[Any, ...]]) -> None:
     """``fn(*args)`` for every args tuple on the shared I/O pool; the first error raised
     (after every call has finished) propagates."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(_POOL_WORKERS, thread_name_prefix="calving-io")
-        pool = _POOL
+    pool = shared_pool("calving-io", _POOL_WORKERS)
     futures = [pool.submit(fn, *args) for args in calls]
     errors = [f.exception() for f in futures]
     for error in errors:

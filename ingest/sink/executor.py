@@ -216,8 +216,7 @@ def write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
     )
     data = data.append_column("_seq", pa.array(range(data.num_rows), pa.int64()))
     deleted = data.filter(pc.equal(data.column("_op"), OP_DELETE)).select(keys)
-    last = data.group_by(keys, use_threads=False).aggregate([("_seq", "max")])
-    data = data.take(np.sort(last.column("_seq_max").to_numpy()))  # _seq: the row index
+    data = data.take(last_per_key(data, keys))
     upserts = data.filter(pc.equal(data.column("_op"), OP_UPSERT))
     deletes = data.filter(pc.equal(data.column("_op"), OP_DELETE))
     io = plan.file_io()
@@ -231,6 +230,20 @@ def write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
         if renewed.num_rows:
             messages.append(KeysRenewed(renewed))
     return messages
+
+
+#: Up to this many rows, ``last_per_key`` works in Python: an Arrow group-by costs
+#: about 0.2 ms to set up, more than the rows of a small batch.
+_SMALL_BATCH = 64
+
+
+def last_per_key(data: pa.Table, keys: Sequence[str | None]) -> np.ndarray:
+    """The row index of each key's last row (``_seq``: the row index), ascending."""
+    if data.num_rows <= _SMALL_BATCH:
+        last = {k: i for i, k in enumerate(zip(*(data.column(c).to_pylist() for c in keys)))}
+        return np.sort(np.fromiter(last.values(), np.int64, len(last)))
+    grouped = data.group_by(keys, use_threads=False).aggregate([("_seq", "max")])
+    return np.sort(grouped.column("_seq_max").to_numpy())
 
 
 def renewed_keys(upserted: pa.Table, deleted: pa.Table) -> pa.Table:

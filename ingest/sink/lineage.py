@@ -13,7 +13,6 @@ keeps the id of the first one the index returns.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -25,6 +24,7 @@ from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.row_ids import UNKNOWN, RowIdReader
+from calving.commit.thread_pools import shared_pool
 from calving.ingest.write.row_ids import store_row_ids
 
 if TYPE_CHECKING:
@@ -73,8 +73,8 @@ def keep_row_ids(
     if len(jobs) == 1:
         copies = [copy(job) for job in jobs.values()]
     else:
-        with ThreadPoolExecutor(max_workers=min(COPY_THREADS, len(jobs))) as pool:
-            copies = list(pool.map(copy, jobs.values()))  # file I/O releases the GIL
+        pool = shared_pool("calving-lineage", COPY_THREADS)
+        copies = list(pool.map(copy, jobs.values()))  # file I/O releases the GIL
     for j, copied in zip(jobs, copies):
         files[j] = (copied, files[j][1])
     return replace(parsed, files=files)

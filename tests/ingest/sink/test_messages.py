@@ -161,3 +161,35 @@ def test_an_untagged_row_is_refused():
     untagged = batch.set_column(4, "tag", pa.array([None], pa.string()))
     with pytest.raises(msg.MessageDecodeError, match="row 0 has no tag"):
         msg.decode_tagged(untagged)
+
+
+_SEEN_ROWS = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b"]),
+        st.integers(0, 2),
+        st.integers(0, 1 << 40),
+        st.one_of(st.none(), st.integers(-(1 << 40), 1 << 40)),
+    ),
+    min_size=1,
+    max_size=msg._SMALL_BATCH,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_SEEN_ROWS, st.sampled_from(["s", "ms", "us", "ns"]), st.booleans())
+def test_a_small_batchs_ranges_equal_the_group_by_ones(rows, unit, stamped):
+    columns = {
+        "topic": pa.array([r[0] for r in rows]),
+        "partition": pa.array([r[1] for r in rows], pa.int32()),
+        "offset": pa.array([r[2] for r in rows], pa.int64()),
+    }
+    if stamped:
+        columns["timestamp"] = pa.array([r[3] for r in rows], pa.timestamp(unit, tz="UTC"))
+    batch = pa.table(columns)
+    small = msg.range_messages(batch)
+    # Padded past the threshold with copies of its rows, the batch takes the group-by.
+    copies = -(-(msg._SMALL_BATCH + 1) // batch.num_rows)
+    big = msg.range_messages(pa.concat_tables([batch] * copies))
+    assert batch.num_rows <= msg._SMALL_BATCH < batch.num_rows * copies
+    key = lambda m: (m.topic, m.partition)
+    assert sorted(small, key=key) == sorted(big, key=key)

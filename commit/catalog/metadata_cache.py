@@ -1,4 +1,5 @@
-"""Parsed table metadata kept by location: a small cache every catalog reader shares.
+"""Parsed table metadata kept by location: a cache every catalog reader shares, holding
+for each of up to ``MAX_TABLES`` tables the version kept last.
 
 Metadata files whose names carry a UUID (Java's, pyiceberg's and the SQL catalog's
 "00042-<uuid>.metadata.json") are never rewritten, so their parsed contents are kept
@@ -17,29 +18,42 @@ from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, parse_metadata
 
 _UUID_NAME = re.compile(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}[^/]*$", re.IGNORECASE)
-_PARSED: OrderedDict[str, TableMetadata] = OrderedDict()
-_PARSED_MAX = 8
-_PARSED_LOCK = threading.Lock()
+#: Tables kept (least recently used first out): a many-table pipeline commits to every
+#: one of its tables each batch, and each table's newest metadata is what it commits on.
+MAX_TABLES = 1024
+#: table UUID -> (location, its parsed metadata): one version a table, the one kept last.
+_BY_TABLE: OrderedDict[str, tuple[str, TableMetadata]] = OrderedDict()
+#: location -> table UUID, for the locations ``_BY_TABLE`` holds.
+_TABLE_OF: dict[str, str] = {}
+_LOCK = threading.Lock()
 
 
 def remember_metadata(location: str, metadata: TableMetadata) -> None:
-    """Keep ``metadata`` as the parsed contents of ``location`` (if its name is unique)."""
+    """Keep ``metadata`` as the parsed contents of ``location`` (if its name is unique),
+    in place of any version of the same table kept before."""
     if not _UUID_NAME.search(location):
         return
-    with _PARSED_LOCK:
-        _PARSED[location] = metadata
-        _PARSED.move_to_end(location)
-        while len(_PARSED) > _PARSED_MAX:
-            _PARSED.popitem(last=False)
+    table = metadata.table_uuid
+    with _LOCK:
+        before = _BY_TABLE.get(table)
+        if before is not None:
+            _TABLE_OF.pop(before[0], None)
+        _BY_TABLE[table] = (location, metadata)
+        _BY_TABLE.move_to_end(table)
+        _TABLE_OF[location] = table
+        while len(_BY_TABLE) > MAX_TABLES:
+            gone, _ = _BY_TABLE.popitem(last=False)[1]
+            _TABLE_OF.pop(gone, None)
 
 
 def remembered_metadata(location: str) -> TableMetadata | None:
     """The parsed contents of ``location`` if kept, else None."""
-    with _PARSED_LOCK:
-        metadata = _PARSED.get(location)
-        if metadata is not None:
-            _PARSED.move_to_end(location)
-        return metadata
+    with _LOCK:
+        table = _TABLE_OF.get(location)
+        if table is None:
+            return None
+        _BY_TABLE.move_to_end(table)
+        return _BY_TABLE[table][1]
 
 
 def read_metadata_cached(io: FileIO, location: str) -> TableMetadata:

@@ -56,7 +56,7 @@ class _Lru:
                 self._items.popitem(last=False)
 
 
-_MANIFEST_LISTS = _Lru(256)
+_MANIFEST_LISTS = _Lru(2048)  # one a table for a 2,000-table pipeline; each small
 _MANIFESTS = _Lru(4096)
 #: Deletion vectors this process wrote, by "<puffin location>@<offset>": the next commit
 #: merging into one reads it from here, not from its file (the bigger ones are read).

@@ -216,7 +216,7 @@ class SnapshotProducer:
             faults.hit("after-puffin")
         faults.hit("after-manifests")
         faults.hit("after-manifest-list")
-        scan.remember_written_manifest_list(location, row_ids.manifests)
+        scan.remember_written_manifest_list(location, row_ids.manifests, parent)
         return location
 
     def build_snapshot(

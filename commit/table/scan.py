@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sized
 from dataclasses import dataclass
+from typing import cast
 
 from pyroaring import BitMap64
 
@@ -32,9 +33,14 @@ from calving.commit.spec.snapshot import Snapshot
 
 
 class _Lru:
-    def __init__(self, max_items: int) -> None:
+    """Least recently used out, past ``max_items`` values or past ``max_weight`` in all
+    (a value's weight: its ``len``)."""
+
+    def __init__(self, max_items: int, max_weight: int | None = None) -> None:
         self._items: OrderedDict[str, object] = OrderedDict()
         self._max = max_items
+        self._max_weight = max_weight
+        self._weight = 0
         self._lock = threading.Lock()
 
     def get(self, key: str) -> object | None:
@@ -47,17 +53,38 @@ class _Lru:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._weight = 0
 
     def put(self, key: str, value: object) -> None:
         with self._lock:
+            before = self._items.get(key)
+            if before is not None:
+                self._weight -= self._weigh(before)
             self._items[key] = value
             self._items.move_to_end(key)
-            while len(self._items) > self._max:
-                self._items.popitem(last=False)
+            self._weight += self._weigh(value)
+            while len(self._items) > 1 and (
+                len(self._items) > self._max
+                or (self._max_weight is not None and self._weight > self._max_weight)
+            ):
+                _, gone = self._items.popitem(last=False)
+                self._weight -= self._weigh(gone)
+
+    def discard(self, key: str) -> None:
+        with self._lock:
+            gone = self._items.pop(key, None)
+            if gone is not None:
+                self._weight -= self._weigh(gone)
+
+    def _weigh(self, value: object) -> int:
+        if self._max_weight is None or not isinstance(value, Sized):
+            return 0
+        return len(value)
 
 
 _MANIFEST_LISTS = _Lru(2048)  # one a table for a 2,000-table pipeline; each small
-_MANIFESTS = _Lru(4096)
+#: Parsed entries cost about 2.4 KB each: at most 250,000 (~600 MB) are kept.
+_MANIFESTS = _Lru(4096, max_weight=250_000)
 #: Deletion vectors this process wrote, by "<puffin location>@<offset>": the next commit
 #: merging into one reads it from here, not from its file (the bigger ones are read).
 _DVS = _Lru(1024)
@@ -131,8 +158,22 @@ def remember_written_manifest(manifest: ManifestFile, entries: Iterable[Manifest
     _MANIFESTS.put(manifest.manifest_path, tuple(inherit(list(entries), manifest)))
 
 
-def remember_written_manifest_list(location: str, manifests: Iterable[ManifestFile]) -> None:
-    _MANIFEST_LISTS.put(location, tuple(manifests))
+def remember_written_manifest_list(
+    location: str, manifests: Iterable[ManifestFile], parent: Snapshot | None = None
+) -> None:
+    """Seed the cache with a manifest list this process just wrote; forget the parsed
+    manifests of ``parent``'s list (if cached) that the new list drops: the snapshot
+    going current no longer holds them, and a long stream would otherwise keep them
+    until the cache is full (tens of MB of Python objects)."""
+    manifests = tuple(manifests)
+    _MANIFEST_LISTS.put(location, manifests)
+    before = _MANIFEST_LISTS.get(parent.manifest_list) if parent is not None else None
+    if before is None:
+        return
+    kept = {m.manifest_path for m in manifests}
+    for m in cast(tuple[ManifestFile, ...], before):
+        if m.manifest_path not in kept:
+            _MANIFESTS.discard(m.manifest_path)
 
 
 def remember_written_dv(location: str, offset: int, positions: BitMap64) -> None:

@@ -7,7 +7,8 @@ E records with ``[maintenance] inline = true``, while a separate ``calving maint
 CONFIG --every "5 seconds"`` process maintains the same table. A monitor follows the
 stream's per-batch JSON lines and at each window boundary (every ``window`` batches)
 records: RSS of the driver's Python process and of its JVM child (``/proc``), commit
-p50/p99 of the window's batches (``commit_seconds``), the current metadata JSON's bytes,
+p50/p99 of the window's batches (``commit_seconds``), the current metadata JSON's bytes
+(the median of samples taken every 2 s through the window),
 the current snapshot's manifests, live data files per partition, full-scan seconds with
 DuckDB and pyiceberg of the current snapshot and of a fresh copy of the same rows
 written in one go (one file per partition), live data+delete bytes of both, and the
@@ -266,6 +267,34 @@ class LogFollower:
         return self.records
 
 
+class MetadataSampler:
+    """The current metadata file's bytes, sampled every ``every_s`` through a window: it
+    moves with the snapshots retention keeps at that moment (snapshots younger than
+    ``retain_age``, expired every few seconds), so one sample at the boundary is noisy."""
+
+    def __init__(self, config: Path, every_s: float = 2.0) -> None:
+        from calving.ingest.catalogs import file_io, open_catalog
+        from calving.ingest.config.loader import load_config
+
+        table = load_config(config).table
+        self.catalog, self.ident = open_catalog(table, file_io(table)), table.ident
+        self.every_s, self.next_at = every_s, 0.0
+        self.samples: list[int] = []
+
+    def sample(self) -> None:
+        now = time.monotonic()
+        if now < self.next_at:
+            return
+        self.next_at = now + self.every_s
+        (location,) = self.catalog.load_metadata_locations([self.ident])
+        self.samples.append(_size(_local(location)))
+
+    def window_median(self, at_boundary: int) -> int:
+        """The window's median (with the boundary's own sample), and a new window."""
+        samples, self.samples = [*self.samples, at_boundary], []
+        return int(statistics.median(samples))
+
+
 class Measurer:
     """Table figures of the stream's current snapshot against a fresh copy."""
 
@@ -482,6 +511,7 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
         _wait_for_table(config, proc, tmp / "stream.log")
         maintain = m.start(["maintain", str(config), "--every", p.every, "--local"], tmp, "m.log")
         measurer = Measurer(config, tmp, p)
+        metadata = MetadataSampler(config)
         follower = LogFollower(tmp / "stream.log")
         last = TreeSample()
         maintain_cpu = 0.0
@@ -496,8 +526,11 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
                 maintain_cpu = ms.cpu_s
             k = len(r.windows)
             boundary = seed + (k + 1) * p.window
+            if len(records) > seed + k * p.window:
+                metadata.sample()
             if len(records) >= boundary:
                 figures = measurer.measure(k, records[seed + k * p.window : boundary])
+                figures["metadata_bytes"] = metadata.window_median(figures["metadata_bytes"])
                 w = Window(
                     index=k + 1,
                     batches=len(records),

@@ -90,10 +90,10 @@ class ManyMaintainer:
 
     def _note_batches(self) -> None:
         history = self.sink.history
-        for stats in history[self._batches_seen :]:
+        for stats in history.since(self._batches_seen):
             for name in stats.committed:
                 self.waiting.setdefault(name, Waiting()).commits += 1
-        self._batches_seen = len(history)
+        self._batches_seen = history.total
 
     def _round(self, deadline: float) -> dict[str, MaintenanceReport | None]:
         passes: dict[str, MaintenanceReport | None] = {}

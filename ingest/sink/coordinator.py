@@ -32,6 +32,7 @@ from calving.commit.table.outcomes import done_or_raise
 from calving.commit.table.row_ids import RowIdReader
 from calving.commit.table.table import Table
 from calving.ingest.sink import messages as msg
+from calving.ingest.sink.history import BatchHistory
 from calving.ingest.sink.lineage import keep_row_ids
 
 log = logging.getLogger("calving.coordinator")
@@ -284,7 +285,8 @@ class Coordinator:
         self.dead_letter_table = dead_letter_table
         self.index_save_every = index_save_every
         self.index_state = IndexState()
-        self.history: list[BatchStats] = []
+        #: The recent batches' stats (``BatchHistory.KEEP``), for tests and tools.
+        self.history: BatchHistory[BatchStats] = BatchHistory()
 
     @property
     def index(self) -> pk.PrimaryKeyIndex | None:

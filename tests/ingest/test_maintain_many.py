@@ -18,6 +18,7 @@ from calving.ingest.config.maintenance import MaintenanceConfig
 from calving.ingest.demo.database import ShopWorkload, SourceDatabase, plain_table, shop_tables
 from calving.ingest.maintain_many import ManyMaintainer
 from calving.ingest.pipeline import build_many_sink, many_maintainer
+from calving.ingest.sink.history import BatchHistory
 from calving.ingest.sink.many.runner import InProcessRunner
 from tests.ingest.conftest import unique_name
 from tests.support.database import create_topics, many_config, produce_pending
@@ -48,7 +49,10 @@ class FakeMaintainer:
 
 def _fake(batches: list[list[str]], cost: float, budget: float, interval: float = 0.0):
     clock = FakeClock()
-    sink: Any = SimpleNamespace(history=[SimpleNamespace(committed=c) for c in batches])
+    history: BatchHistory[Any] = BatchHistory()
+    for c in batches:
+        history.append(SimpleNamespace(committed=c))
+    sink: Any = SimpleNamespace(history=history)
     config = MaintenanceConfig(inline=True, inline_interval_s=interval, inline_budget_s=budget)
     mm = ManyMaintainer(sink, config, clock=clock)
     calls: list[tuple[str, float]] = []

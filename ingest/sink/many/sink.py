@@ -47,6 +47,7 @@ from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.coordinator import ParsedMessages
 from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES
+from calving.ingest.sink.history import BatchHistory
 from calving.ingest.sink.many import start
 from calving.ingest.sink.many.boundaries import Boundaries
 from calving.ingest.sink.many.commit import (
@@ -130,7 +131,7 @@ class ManyTablesSink:
         self.index_budget = IndexBudget(index_memory_bytes)
         #: Which tables hold this writer's ledger, kept in the catalog (``registry``).
         self.registry = WriterRegistry(catalog, writer_id)
-        self.history: list[ManyBatchStats] = []
+        self.history: BatchHistory[ManyBatchStats] = BatchHistory()
         #: One Kafka consumer per task for all its ranges (False: one per range; the
         #: benchmark's peer).
         self.reuse_consumer = True

@@ -285,7 +285,7 @@ class Coordinator:
         self.dead_letter_table = dead_letter_table
         self.index_save_every = index_save_every
         self.index_state = IndexState()
-        #: The recent batches' stats (``BatchHistory.KEEP``), for tests and tools.
+        #: The recent batches' stats (the last ``history.KEEP``), for tests and tools.
         self.history: BatchHistory[BatchStats] = BatchHistory()
 
     @property

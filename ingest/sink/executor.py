@@ -25,6 +25,7 @@ from calving.ingest.decode.batch import META_COLUMNS, OP_DELETE, OP_UPSERT, Deco
 from calving.ingest.sink.dead_letters import DeadLetterTarget
 from calving.ingest.sink.messages import (
     MESSAGE_SCHEMA,
+    SMALL_BATCH,
     DataFileWritten,
     DeadLetterFileWritten,
     KeysDeleted,
@@ -232,14 +233,9 @@ def write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
     return messages
 
 
-#: Up to this many rows, ``last_per_key`` works in Python: an Arrow group-by costs
-#: about 0.2 ms to set up, more than the rows of a small batch.
-_SMALL_BATCH = 64
-
-
 def last_per_key(data: pa.Table, keys: Sequence[str | None]) -> np.ndarray:
     """The row index of each key's last row (``_seq``: the row index), ascending."""
-    if data.num_rows <= _SMALL_BATCH:
+    if data.num_rows <= SMALL_BATCH:  # in Python: cheaper than a group-by's set-up
         last = {k: i for i, k in enumerate(zip(*(data.column(c).to_pylist() for c in keys)))}
         return np.sort(np.fromiter(last.values(), np.int64, len(last)))
     grouped = data.group_by(keys, use_threads=False).aggregate([("_seq", "max")])

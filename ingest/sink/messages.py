@@ -319,7 +319,7 @@ def range_messages(batch: pa.Table) -> list[RangeSeen]:
     if "timestamp" in batch.column_names:  # min/max record timestamps (ms) ride along
         batch = batch.append_column("_ts", _epoch_ms(batch.column("timestamp")))
         aggregates += [("_ts", "min"), ("_ts", "max")]
-    if batch.num_rows <= _SMALL_BATCH:
+    if batch.num_rows <= SMALL_BATCH:
         return _small_range_messages(batch)
     g = batch.group_by(["topic", "partition"]).aggregate(aggregates)
     return [
@@ -335,9 +335,10 @@ def range_messages(batch: pa.Table) -> list[RangeSeen]:
     ]
 
 
-#: Up to this many rows, ``range_messages`` aggregates in Python: an Arrow group-by
-#: costs about 0.2 ms to set up, more than the rows of a small batch.
-_SMALL_BATCH = 64
+#: Up to this many rows, a task aggregates in Python (``range_messages``, the executor's
+#: last event per key): an Arrow group-by costs about 0.2 ms to set up, more than the
+#: rows of a small batch.
+SMALL_BATCH = 64
 
 
 def _small_range_messages(batch: pa.Table) -> list[RangeSeen]:

@@ -19,7 +19,7 @@ def _group_by(data: pa.Table, keys: list[str]) -> list[int]:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(_KEYS, min_size=1, max_size=3 * executor._SMALL_BATCH), st.booleans())
+@given(st.lists(_KEYS, min_size=1, max_size=3 * executor.SMALL_BATCH), st.booleans())
 def test_last_rows_per_key_equal_a_group_bys(rows, two_keys):
     data = pa.table(
         {

@@ -171,7 +171,7 @@ _SEEN_ROWS = st.lists(
         st.one_of(st.none(), st.integers(-(1 << 40), 1 << 40)),
     ),
     min_size=1,
-    max_size=msg._SMALL_BATCH,
+    max_size=msg.SMALL_BATCH,
 )
 
 
@@ -188,8 +188,8 @@ def test_a_small_batchs_ranges_equal_the_group_by_ones(rows, unit, stamped):
     batch = pa.table(columns)
     small = msg.range_messages(batch)
     # Padded past the threshold with copies of its rows, the batch takes the group-by.
-    copies = -(-(msg._SMALL_BATCH + 1) // batch.num_rows)
+    copies = -(-(msg.SMALL_BATCH + 1) // batch.num_rows)
     big = msg.range_messages(pa.concat_tables([batch] * copies))
-    assert batch.num_rows <= msg._SMALL_BATCH < batch.num_rows * copies
+    assert batch.num_rows <= msg.SMALL_BATCH < batch.num_rows * copies
     key = lambda m: (m.topic, m.partition)
     assert sorted(small, key=key) == sorted(big, key=key)

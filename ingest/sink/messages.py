@@ -402,8 +402,13 @@ def _decode_value(v: Any) -> Any:
     return v
 
 
+#: ``DataFile``'s fields, in order: a shallow dict of them is what the encoder changes
+#: (``dataclasses.asdict`` deep-copies every map first, a third of a small task's encode).
+_DATA_FILE_FIELDS = tuple(f.name for f in dataclasses.fields(DataFile))
+
+
 def data_file_to_json(f: DataFile) -> str:
-    d = dataclasses.asdict(f)
+    d = {name: getattr(f, name) for name in _DATA_FILE_FIELDS}
     d["content"] = int(f.content)
     d["partition"] = [_encode_value(v) for v in f.partition]
     for name in ("lower_bounds", "upper_bounds"):

@@ -119,6 +119,16 @@ _QUIET_LOGGERS = {
 
 
 LOOPBACK = "127.0.0.1"
+#: Settings of every driver JVM calving starts (``[spark.conf]`` wins). Spark's status
+#: store (what the web UI and the status API list) keeps the last 1,000 jobs, stages and
+#: SQL executions by default, each execution with its plan and metrics, in the driver's
+#: heap for as long as it runs, UI or not. A stream's batches all look alike; the last
+#: 100 of each are enough to look at.
+DRIVER_DEFAULTS = {
+    "spark.ui.retainedJobs": "100",
+    "spark.ui.retainedStages": "100",
+    "spark.sql.ui.retainedExecutions": "100",
+}
 #: Session settings of a ``local`` master that calving starts (``[spark.conf]`` wins).
 LOCAL_DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -140,6 +150,7 @@ def spark_session(cfg: SparkConfig, log_level: str = "WARN") -> Any:
         # calving starts the JVM: no console progress bar over calving's own lines (a
         # driver Spark treats like a shell shows one otherwise); [spark.conf] overrides.
         options |= {"spark.master": cfg.master, "spark.ui.showConsoleProgress": "false"}
+        options |= DRIVER_DEFAULTS
     if cfg.master.startswith("local") and not submitted:
         # A local driver needs no web UI, few shuffle partitions and no address beyond
         # loopback (Spark binds the driver to the host's network address otherwise, and

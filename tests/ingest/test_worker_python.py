@@ -71,8 +71,11 @@ SCRIPT = textwrap.dedent(
     from calving.ingest.config.runtime import SparkConfig
     from calving.ingest.pipeline import spark_session
 
-    conf = spark_session(SparkConfig(master="local[1]")).sparkContext.getConf()
+    cfg = SparkConfig(master="local[1]", conf={"spark.sql.ui.retainedExecutions": "7"})
+    conf = spark_session(cfg).sparkContext.getConf()
     print("driver", conf.get("spark.driver.host"), conf.get("spark.driver.bindAddress"))
+    print("retained", *(conf.get(f"spark.{k}") for k in ("ui.retainedJobs",
+          "ui.retainedStages", "sql.ui.retainedExecutions")))
     """
 )
 
@@ -102,3 +105,5 @@ def test_sink_before_the_session_in_a_fresh_process(tmp_path) -> None:
     assert lines["python"] == sys.executable
     assert lines["driver"] == "127.0.0.1 127.0.0.1"
     assert lines["rows"] == "3"
+    # calving's driver defaults bound Spark's status store; [spark.conf] wins.
+    assert lines["retained"] == "100 100 7"

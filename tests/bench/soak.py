@@ -171,6 +171,46 @@ class TreeSample:
     python_rss: int = 0
     jvm_rss: int = 0
     cpu_s: float = 0.0
+    jvm_pid: int | None = None
+
+
+@dataclass(frozen=True)
+class JvmHeap:
+    """The driver JVM's heap and metaspace in bytes, from ``jcmd PID GC.heap_info``
+    (no collection forced): what its RSS is made of."""
+
+    heap_used: int
+    heap_committed: int
+    metaspace: int
+
+
+def jvm_heap(pid: int | None) -> JvmHeap | None:
+    """``pid``'s heap figures, or None (no JVM, no ``jcmd``, output not understood)."""
+    if pid is None or shutil.which("jcmd") is None:
+        return None
+    try:
+        out = subprocess.run(
+            ["jcmd", str(pid), "GC.heap_info"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return parse_heap_info(out)
+
+
+def parse_heap_info(text: str) -> JvmHeap | None:
+    """``GC.heap_info`` output: the heap line's ``total``/``used`` and the
+    ``Metaspace`` line's ``committed``, in KiB there."""
+    import re
+
+    heap = re.search(r"heap\s+total (\d+)K, used (\d+)K", text)
+    meta = re.search(r"Metaspace\s+used \d+K, committed (\d+)K", text)
+    if heap is None or meta is None:
+        return None
+    return JvmHeap(int(heap.group(2)) << 10, int(heap.group(1)) << 10, int(meta.group(1)) << 10)
 
 
 def sample_tree(pid: int) -> TreeSample | None:
@@ -186,6 +226,7 @@ def sample_tree(pid: int) -> TreeSample | None:
         s.cpu_s += st[1]
         if st[0] == "java":
             s.jvm_rss += st[2]
+            s.jvm_pid = child
     return s
 
 
@@ -200,6 +241,7 @@ class Window:
     commit_p99_ms: float
     python_rss: int
     jvm_rss: int
+    jvm_heap: JvmHeap | None
     metadata_bytes: int
     manifests: int
     files_per_partition_mean: float
@@ -536,6 +578,7 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
                     batches=len(records),
                     python_rss=last.python_rss,
                     jvm_rss=last.jvm_rss,
+                    jvm_heap=jvm_heap(last.jvm_pid),
                     cpu_s=last.cpu_s,
                     elapsed_s=time.monotonic() - started,
                     **figures,
@@ -596,6 +639,7 @@ HEADER = (
     "batches",
     "py RSS MiB",
     "JVM RSS MiB",
+    "JVM heap used/committed, metaspace MiB",
     "commit p50 ms",
     "commit p99 ms",
     "metadata KiB",
@@ -619,6 +663,7 @@ def _cells(w: Window) -> tuple[str, ...]:
         str(w.batches),
         f"{w.python_rss / mib:.0f}",
         f"{w.jvm_rss / mib:.0f}",
+        _heap_cell(w.jvm_heap),
         f"{w.commit_p50_ms:.0f}",
         f"{w.commit_p99_ms:.0f}",
         f"{w.metadata_bytes / kib:.1f}",
@@ -633,6 +678,13 @@ def _cells(w: Window) -> tuple[str, ...]:
         f"{w.cpu_s:.0f}",
         f"{w.elapsed_s:.0f}",
     )
+
+
+def _heap_cell(h: JvmHeap | None) -> str:
+    mib = 1 << 20
+    if h is None:
+        return "-"
+    return f"{h.heap_used / mib:.0f}/{h.heap_committed / mib:.0f}, {h.metaspace / mib:.0f}"
 
 
 def _row(w: Window) -> str:

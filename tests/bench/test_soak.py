@@ -6,6 +6,8 @@ without bound. No timing is asserted."""
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
 from tests.bench import soak
@@ -32,4 +34,7 @@ def test_a_short_soak_fails_nothing_and_grows_nothing_without_bound(broker, tmp_
     assert last.python_rss <= 2 * first.python_rss, (first, last)
     assert last.jvm_rss <= 2 * first.jvm_rss, (first, last)
     assert last.index_bytes <= 3 * max(first.index_bytes, 1), (first, last)
+    if shutil.which("jcmd") is not None:  # what the JVM's RSS is made of
+        # (the last window can fall on the JVM's exit: the first runs mid-stream)
+        assert first.jvm_heap is not None and first.jvm_heap.heap_committed > 0, soak.table(r)
     assert soak.to_figures(r)  # the benchmark's figures come out of a short run too

@@ -15,6 +15,8 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+import pyarrow as pa
+
 from calving.commit.errors import CommitConflictError, RetriesExhaustedError, StaleWriterError
 from calving.commit.index import full_rebuilds
 from calving.commit.table.ledger import read_ledger
@@ -184,6 +186,7 @@ LOG_FIELDS: dict[str, str] = {
     "index_keys": "keys in the primary-key index (null for append tables)",
     "index_bytes": "resident bytes of the index (null for append tables)",
     "index_rebuilds": "full index rebuilds in this process so far (calving_index_rebuilds_total)",
+    "arrow_bytes": "bytes allocated from Arrow's default memory pool in the driver process",
     "error": "the commit's error, type and message (failed batches only)",
 }
 
@@ -333,6 +336,7 @@ class SinkMetrics:
             record[name] = 0
         record["ranges"] = []
         record["index_rebuilds"] = full_rebuilds()
+        record["arrow_bytes"] = pa.total_allocated_bytes()
         return record
 
     def _measure_table(

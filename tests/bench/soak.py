@@ -6,7 +6,9 @@ keys) is produced up front to the embedded Kafka broker; ``calving -v run CONFIG
 E records with ``[maintenance] inline = true``, while a separate ``calving maintain
 CONFIG --every "5 seconds"`` process maintains the same table. A monitor follows the
 stream's per-batch JSON lines and at each window boundary (every ``window`` batches)
-records: RSS of the driver's Python process and of its JVM child (``/proc``), commit
+records: RSS of the driver's Python process and of its JVM child (``/proc``), the JVM's
+heap and metaspace (``jcmd``), the bytes Arrow's pool holds in the driver (the window's
+last batch line, ``arrow_bytes``), commit
 p50/p99 of the window's batches (``commit_seconds``), the current metadata JSON's bytes
 (the median of samples taken every 2 s through the window),
 the current snapshot's manifests, live data files per partition, full-scan seconds with
@@ -242,6 +244,7 @@ class Window:
     python_rss: int
     jvm_rss: int
     jvm_heap: JvmHeap | None
+    arrow_bytes: int | None  # the driver's Arrow pool at the window's last batch
     metadata_bytes: int
     manifests: int
     files_per_partition_mean: float
@@ -579,6 +582,7 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
                     python_rss=last.python_rss,
                     jvm_rss=last.jvm_rss,
                     jvm_heap=jvm_heap(last.jvm_pid),
+                    arrow_bytes=records[boundary - 1].get("arrow_bytes"),
                     cpu_s=last.cpu_s,
                     elapsed_s=time.monotonic() - started,
                     **figures,
@@ -640,6 +644,7 @@ HEADER = (
     "py RSS MiB",
     "JVM RSS MiB",
     "JVM heap used/committed, metaspace MiB",
+    "py Arrow MiB",
     "commit p50 ms",
     "commit p99 ms",
     "metadata KiB",
@@ -664,6 +669,7 @@ def _cells(w: Window) -> tuple[str, ...]:
         f"{w.python_rss / mib:.0f}",
         f"{w.jvm_rss / mib:.0f}",
         _heap_cell(w.jvm_heap),
+        "-" if w.arrow_bytes is None else f"{w.arrow_bytes / mib:.1f}",
         f"{w.commit_p50_ms:.0f}",
         f"{w.commit_p99_ms:.0f}",
         f"{w.metadata_bytes / kib:.1f}",

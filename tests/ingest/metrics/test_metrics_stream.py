@@ -157,6 +157,9 @@ def test_metrics_of_a_cdc_run_match_the_table(spark, broker, make_topic, tmp_pat
     assert all(line["event"] == "batch" for line in lines)
     assert len(lines) == sum(families["calving_batches_total"].series().values())
     assert all(set(line) == set(LOG_FIELDS) for line in lines)
+    # The batches decoded and wrote through Arrow in this (the driver's) process.
+    assert all(isinstance(line["arrow_bytes"], int) for line in lines)
+    assert max(line["arrow_bytes"] for line in lines) > 0
     assert [line["batch_id"] for line in lines] == sorted({line["batch_id"] for line in lines})
     committed = [line for line in lines if line["outcome"] == "committed"]
     assert {line["snapshot_id"] for line in committed} == snapshots

@@ -403,7 +403,8 @@ def _decode_value(v: Any) -> Any:
 
 
 #: ``DataFile``'s fields, in order: a shallow dict of them is what the encoder changes
-#: (``dataclasses.asdict`` deep-copies every map first, a third of a small task's encode).
+#: (``dataclasses.asdict`` deep-copies every map first: most of a one-row table's
+#: message encoding, about 0.4 ms of its 3.7 ms of task work in a profile).
 _DATA_FILE_FIELDS = tuple(f.name for f in dataclasses.fields(DataFile))
 
 

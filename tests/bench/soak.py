@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import statistics
@@ -206,8 +207,6 @@ def jvm_heap(pid: int | None) -> JvmHeap | None:
 def parse_heap_info(text: str) -> JvmHeap | None:
     """``GC.heap_info`` output: the heap line's ``total``/``used`` and the
     ``Metaspace`` line's ``committed``, in KiB there."""
-    import re
-
     heap = re.search(r"heap\s+total (\d+)K, used (\d+)K", text)
     meta = re.search(r"Metaspace\s+used \d+K, committed (\d+)K", text)
     if heap is None or meta is None:

@@ -205,13 +205,16 @@ def jvm_heap(pid: int | None) -> JvmHeap | None:
 
 
 def parse_heap_info(text: str) -> JvmHeap | None:
-    """``GC.heap_info`` output: the heap line's ``total``/``used`` and the
-    ``Metaspace`` line's ``committed``, in KiB there."""
-    heap = re.search(r"heap\s+total (\d+)K, used (\d+)K", text)
+    """``GC.heap_info`` output: the heap's ``total``/``used`` summed over its lines (one
+    for G1's heap, one per generation for the serial and parallel collectors, as the
+    CI's drivers run) and the ``Metaspace`` line's ``committed``, in KiB there."""
+    heap = re.findall(r"total (\d+)K, used (\d+)K", text)
     meta = re.search(r"Metaspace\s+used \d+K, committed (\d+)K", text)
-    if heap is None or meta is None:
+    if not heap or meta is None:
         return None
-    return JvmHeap(int(heap.group(2)) << 10, int(heap.group(1)) << 10, int(meta.group(1)) << 10)
+    used = sum(int(u) for _, u in heap) << 10
+    committed = sum(int(t) for t, _ in heap) << 10
+    return JvmHeap(used, committed, int(meta.group(1)) << 10)
 
 
 def sample_tree(pid: int) -> TreeSample | None:

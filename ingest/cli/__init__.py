@@ -236,9 +236,6 @@ def _run(args: argparse.Namespace, secrets: Secrets) -> int:
     Ctrl-C does the same but exits 130; a second Ctrl-C interrupts at once."""
     logging.getLogger("calving").setLevel(logging.DEBUG if args.verbose else logging.INFO)
     secrets.add_config_file(args.config)
-    from calving.ingest.driver_memory import use_system_pool
-
-    use_system_pool()
     stop = threading.Event()
     interrupted = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda _signum, _frame: stop.set())

@@ -6,7 +6,8 @@ A row's ``_row_id`` is the value its data file stores in the reserved ``_row_id`
 (inherited from its manifest) plus its position. ``RowIdReader`` answers that for the
 positions the primary-key index found: a file's ``first_row_id`` comes from the table's
 manifests and its stored column from its Parquet file; both never change once the file
-is committed, so both are cached by path (the stored columns within a row budget).
+is committed, so both are cached by path (the stored columns within a row budget),
+for as long as the file is live.
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class RowIdReader:
         self._stored: OrderedDict[str, np.ndarray | None] = OrderedDict()
         self._stored_rows = 0
 
+    @property
+    def cached_files(self) -> frozenset[str]:
+        """The data files something is cached for."""
+        return frozenset(self._first) | frozenset(self._stored)
+
     def row_ids(
         self, metadata: TableMetadata, positions: Mapping[str, np.ndarray]
     ) -> dict[str, np.ndarray]:
@@ -67,6 +73,18 @@ class RowIdReader:
             if entry is None:
                 raise FileNotFoundInTableError(path)
             self._first[path] = entry.data_file.first_row_id
+        self._forget_all_but(live.data)
+
+    def _forget_all_but(self, live: Mapping[str, object]) -> None:
+        """Forget the files that are no longer live: the index only points at live rows,
+        so they are never asked for again, and a stream whose files maintenance rewrites
+        would otherwise keep every file it ever read (each stored column's Arrow buffer
+        with it) until the row budget filled."""
+        for path in [p for p in self._first if p not in live]:
+            del self._first[path]
+        for path in [p for p in self._stored if p not in live]:
+            values = self._stored.pop(path)
+            self._stored_rows -= 0 if values is None else len(values)
 
     def _stored_column(self, path: str) -> np.ndarray | None:
         if path in self._stored:

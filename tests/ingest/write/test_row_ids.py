@@ -16,6 +16,7 @@ from calving.commit.spec import row_lineage as rl
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import LONG, STRING, NestedField
 from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.rewrite_files import RewriteFiles
 from calving.commit.table.row_ids import UNKNOWN, RowIdReader, read_stored_row_ids
 from calving.commit.table.table import Table, create_table
 from calving.ingest.write import row_ids as row_ids_module
@@ -125,3 +126,27 @@ def test_a_file_that_cannot_be_spliced_is_written_again_whole(
     columns = _field_id_columns(copy.file_path)
     assert columns[1] == [1, 2] and columns[rl.ROW_ID_FIELD_ID] == [None, 7]
     assert copy.file_size_in_bytes == table.io.size(copy.file_path)
+
+
+def test_the_reader_forgets_files_that_left_the_table(table: Table) -> None:
+    """A long stream's files are rewritten by maintenance: the reader keeps nothing of a
+    file that is no longer live (it once kept them all until its row budget filled)."""
+    io, where = table.io, f"{table.metadata.location}/data"
+    task = write_data_file(io, f"{where}/a.parquet", _rows([1, 2]), SCHEMA)
+    a = store_row_ids(io, SCHEMA, task, np.array([10, 11], np.int64))
+    table.commit_or_raise(FastAppend((a,)))
+    reader = RowIdReader(io)
+    assert reader.row_ids(table.metadata, {a.file_path: np.array([1])})[a.file_path].tolist() == [
+        11
+    ]
+    assert reader.cached_files == {a.file_path}
+
+    # A rewrite replaces a by b (same rows, ids kept); then a new file c arrives.
+    task = write_data_file(io, f"{where}/b-task.parquet", _rows([1, 2]), SCHEMA)
+    b = store_row_ids(io, SCHEMA, task, np.array([10, 11], np.int64))
+    table.commit_or_raise(RewriteFiles((a.file_path,), (b,)))
+    c = write_data_file(io, f"{where}/c.parquet", _rows([3]), SCHEMA)
+    table.commit_or_raise(FastAppend((c,)))
+    got = reader.row_ids(table.metadata, {b.file_path: np.array([0]), c.file_path: np.array([0])})
+    assert got[b.file_path].tolist() == [10]
+    assert reader.cached_files == {b.file_path, c.file_path}

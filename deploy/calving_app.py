@@ -10,6 +10,10 @@ master and deploy mode come from spark-submit, the config's ``[spark] master`` i
 
 import sys
 
+from calving.ingest.launch import choose_memory_pool
+
+choose_memory_pool()  # before the command imports pyarrow (calving.ingest.launch)
+
 from calving.ingest.cli import main
 
 if __name__ == "__main__":

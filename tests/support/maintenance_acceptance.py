@@ -95,7 +95,7 @@ def start(args: list[str], tmp: Path, log_name: str, mutation: str = "") -> subp
     from tests.faults.mutations import MUTATION_ENV
 
     env = cli_env(**({MUTATION_ENV: mutation} if mutation else {}))
-    module = "tests.faults.mutated_cli" if mutation else "calving.ingest.cli"
+    module = "tests.faults.mutated_cli" if mutation else "calving.ingest.launch"
     log = open(tmp / log_name, "w")  # noqa: SIM115 -- the child writes it
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],

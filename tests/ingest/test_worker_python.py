@@ -107,3 +107,35 @@ def test_sink_before_the_session_in_a_fresh_process(tmp_path) -> None:
     assert lines["rows"] == "3"
     # calving's driver defaults bound Spark's status store; [spark.conf] wins.
     assert lines["retained"] == "100 100 7"
+
+
+JVM_SCRIPT = textwrap.dedent(
+    """
+    from calving.ingest.config.runtime import SparkConfig
+    from calving.ingest.pipeline import spark_session
+
+    extra = {"spark.driver.extraJavaOptions": "-Dcalving.test.extra=1"}
+    spark = spark_session(SparkConfig(master="local[1]", conf=extra))
+    bean = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    for arg in bean.getInputArguments():
+        print("arg", arg)
+    spark.stop()
+    """
+)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_the_driver_jvm_calving_starts_has_its_collector_settings(tmp_path) -> None:
+    from calving.ingest.pipeline import DRIVER_JAVA_OPTIONS
+
+    done = subprocess.run(
+        [sys.executable, "-c", JVM_SCRIPT],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    args = [line.split(" ", 1)[1] for line in done.stdout.splitlines() if line.startswith("arg ")]
+    # calving's defaults reach the JVM, and a user's extraJavaOptions come after them.
+    assert all(flag in args for flag in DRIVER_JAVA_OPTIONS.split()), args
+    assert "-Dcalving.test.extra=1" in args
+    assert args.index("-Dcalving.test.extra=1") > args.index("-XX:GCTimeRatio=4")

@@ -8,7 +8,7 @@ driver grew 36 MiB in one step at a few MiB of Arrow data, and kept them), the C
 library's allocator gives them back. So the driver runs on the system pool unless
 ``ARROW_DEFAULT_MEMORY_POOL`` names another. Only the driver: the variable is not
 passed on to the processes it starts (Spark's JVM and its Python workers keep Arrow's
-default, which is faster for their decoding and writing).
+default). ``python -m calving.ingest.launch`` runs it too (``__main__``).
 """
 
 from __future__ import annotations
@@ -46,7 +46,3 @@ def main(argv: list[str] | None = None) -> int:
     from calving.ingest.cli import main as command
 
     return command(argv)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

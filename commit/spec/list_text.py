@@ -8,6 +8,12 @@ entries it was made from: the next list that starts with some suffix of those sa
 objects (compared by identity) reuses that part of the text and encodes only its new
 entries. The result is always exactly the text of encoding every entry.
 
+The text is kept as UTF-8 segments of at most ``SEGMENT_ENTRIES`` entries, and handed
+out as the pieces to join: a new entry copies only the last segment, and the metadata
+file is assembled with one copy of its bytes. (Joining one ever-growing string per
+list cost about eight copies of the whole history per commit: 1.2 ms at 1,000
+snapshots, most of what the commit grew by.)
+
 Pure: no I/O. One ``ListTexts`` per process (``LIST_TEXTS``) holds the last list of
 each kind per table, for a bounded number of tables.
 """
@@ -22,40 +28,65 @@ from typing import Any
 
 #: Tables whose last lists are kept (least recently used ones are dropped).
 MAX_TABLES = 256
+#: Entries per segment: a commit copies at most this many entries' text.
+SEGMENT_ENTRIES = 64
+
+
+@dataclass(frozen=True)
+class _Segment:
+    #: Where each entry's text starts in ``data``.
+    starts: tuple[int, ...]
+    #: The entries' UTF-8 texts joined by commas.
+    data: bytes
+
+    def without_first(self, n: int) -> _Segment:
+        cut = self.starts[n]
+        return _Segment(tuple(s - cut for s in self.starts[n:]), self.data[cut:])
+
+
+def _segment(texts: Sequence[bytes], after: _Segment | None = None) -> _Segment:
+    """``texts`` as one segment, following the entries of ``after`` if given."""
+    starts = list(after.starts) if after else []
+    at = len(after.data) + 1 if after else 0
+    for text in texts:
+        starts.append(at)
+        at += len(text) + 1
+    head = [after.data] if after else []
+    return _Segment(tuple(starts), b",".join([*head, *texts]))
 
 
 @dataclass(frozen=True)
 class _Encoded:
     items: tuple[Any, ...]
-    #: Where each item's text starts in ``body`` (the entries joined by commas).
-    starts: list[int]
-    body: str
+    segments: tuple[_Segment, ...]
+
+    def dropped(self, n: int) -> tuple[_Segment, ...]:
+        """The segments without the first ``n`` entries."""
+        out = list(self.segments)
+        while n and out:
+            first = len(out[0].starts)
+            if n >= first:
+                out.pop(0)
+                n -= first
+            else:
+                out[0] = out[0].without_first(n)
+                n = 0
+        return tuple(out)
 
 
-def _encode(items: tuple[Any, ...], encode: Callable[[Any], str]) -> _Encoded:
-    texts = [encode(item) for item in items]
-    return _extend(_Encoded((), [], ""), 0, items, texts)
+def _append(segments: tuple[_Segment, ...], texts: list[bytes]) -> tuple[_Segment, ...]:
+    out = list(segments)
+    if out and len(out[-1].starts) < SEGMENT_ENTRIES and texts:
+        room = SEGMENT_ENTRIES - len(out[-1].starts)
+        out[-1] = _segment(texts[:room], out[-1])
+        texts = texts[room:]
+    for start in range(0, len(texts), SEGMENT_ENTRIES):
+        out.append(_segment(texts[start : start + SEGMENT_ENTRIES]))
+    return tuple(out)
 
 
-def _extend(base: _Encoded, drop: int, items: tuple[Any, ...], new_texts: list[str]) -> _Encoded:
-    """``base`` without its first ``drop`` items, then ``new_texts`` (of the last items
-    of ``items``)."""
-    kept = len(base.items) - drop
-    offset = base.starts[drop] if kept else 0
-    body = base.body[offset:] if kept else ""
-    if not kept:
-        starts: list[int] = []
-    elif drop:
-        starts = [s - offset for s in base.starts[drop:]]
-    else:
-        starts = base.starts.copy()
-    parts = [body] if kept else []
-    at = len(body) + (1 if kept else 0)
-    for text in new_texts:
-        starts.append(at)
-        parts.append(text)
-        at += len(text) + 1
-    return _Encoded(items, starts, ",".join(parts))
+def _texts(items: Sequence[Any], encode: Callable[[Any], str]) -> list[bytes]:
+    return [encode(item).encode("utf-8") for item in items]
 
 
 def _position(items: tuple[Any, ...], item: Any) -> int | None:
@@ -72,17 +103,17 @@ def list_text(
 ) -> _Encoded:
     """The encoding of ``items``, reusing ``previous`` where ``items`` continues it."""
     items = tuple(items)
-    if previous is None or not items or not previous.items:
-        return _encode(items, encode)
-    drop = _position(previous.items, items[0])
-    if drop is None:
-        return _encode(items, encode)
+    drop = None
+    if previous is not None and items and previous.items:
+        drop = _position(previous.items, items[0])
+    if previous is None or drop is None:
+        return _Encoded(items, _append((), _texts(items, encode)))
     kept = len(previous.items) - drop
     if kept > len(items) or not all(map(operator.is_, items[:kept], previous.items[drop:])):
-        return _encode(items, encode)
+        return _Encoded(items, _append((), _texts(items, encode)))
     if kept == len(items) and drop == 0:
         return previous
-    return _extend(previous, drop, items, [encode(item) for item in items[kept:]])
+    return _Encoded(items, _append(previous.dropped(drop), _texts(items[kept:], encode)))
 
 
 class ListTexts:
@@ -97,11 +128,11 @@ class ListTexts:
         self._max = max_tables
         self._last: OrderedDict[tuple[str, str], _Encoded] = OrderedDict()
 
-    def text(
+    def pieces(
         self, table: str, name: str, items: Sequence[Any], encode: Callable[[Any], str]
-    ) -> str:
-        """``"[" + ",".join(encode(i) for i in items) + "]"``, from the table's last
-        list of this name where the two share entries."""
+    ) -> list[bytes]:
+        """The UTF-8 of ``"[" + ",".join(encode(i) for i in items) + "]"`` in pieces
+        to join, from the table's last list of this name where the two share entries."""
         key = (table, name)
         encoded = list_text(self._last.get(key), items, encode)
         self._last[key] = encoded
@@ -111,7 +142,13 @@ class ListTexts:
                 self._last.popitem(last=False)
         except KeyError:  # another thread dropped the key or emptied the cache meanwhile
             pass
-        return "[" + encoded.body + "]"
+        out = [b"["]
+        for i, segment in enumerate(encoded.segments):
+            if i:
+                out.append(b",")
+            out.append(segment.data)
+        out.append(b"]")
+        return out
 
     def clear(self) -> None:
         self._last.clear()

@@ -187,8 +187,12 @@ def metadata_to_json(m: TableMetadata, *, histories: bool = True) -> dict[str, A
     return out
 
 
+#: One encoder for every value (``json.dumps`` with options builds a new one per call).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _dumps(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return _ENCODER.encode(value)
 
 
 def serialize_metadata(m: TableMetadata) -> bytes:
@@ -197,17 +201,19 @@ def serialize_metadata(m: TableMetadata) -> bytes:
     Written key by key so that the lists growing with history splice in cheaply: the
     text of ``snapshots``, ``snapshot-log`` and ``metadata-log`` is kept per table with
     the entry objects it was made from (``calving.commit.spec.list_text``), and the next
-    metadata, which reuses those objects, encodes only its new entries. Every commit
-    rewrites the whole history, so this keeps commit cost flat as snapshots accumulate."""
-    parts = []
-    for key, value in metadata_to_json(m, histories=False).items():
+    metadata, which reuses those objects, encodes only its new entries; the pieces are
+    joined once. Every commit rewrites the whole history, so this keeps its encoding
+    cost from growing with the snapshots (the bytes written still do)."""
+    pieces = [b"{"]
+    for i, (key, value) in enumerate(metadata_to_json(m, histories=False).items()):
+        pieces.append(f"{',' if i else ''}{_dumps(key)}:".encode())
         if key in _HISTORY_LISTS:
             items, encode = _HISTORY_LISTS[key](m)
-            text = LIST_TEXTS.text(m.table_uuid, key, items, encode)
+            pieces.extend(LIST_TEXTS.pieces(m.table_uuid, key, items, encode))
         else:
-            text = _dumps(value)
-        parts.append(f"{_dumps(key)}:{text}")
-    return ("{" + ",".join(parts) + "}").encode("utf-8")
+            pieces.append(_dumps(value).encode("utf-8"))
+    pieces.append(b"}")
+    return b"".join(pieces)
 
 
 def task_metadata_json(m: TableMetadata) -> bytes:

@@ -179,9 +179,15 @@ class SnapshotProducer:
         next_id = first
         out: list[ManifestFile] = []
         for mf in manifests:
-            if mf.content == ManifestContent.DATA and mf.first_row_id is None:
+            if (
+                mf.content == ManifestContent.DATA
+                and mf.first_row_id is None
+                and not scan.known_to_assign_nothing(mf)
+            ):
                 entries = self._entries(mf)
                 rows = rows_to_assign(entries)
+                if not rows:
+                    scan.remember_assigns_nothing(mf)
                 if rows:
                     mf = replace(mf, first_row_id=next_id)
                     next_id += rows

@@ -89,12 +89,16 @@ _MANIFESTS = _Lru(4096, max_weight=250_000)
 #: merging into one reads it from here, not from its file (the bigger ones are read).
 _DVS = _Lru(1024)
 _DV_CACHE_MAX_POSITIONS = 1 << 16
+#: Data manifests (by location) none of whose live files lacks a ``first_row_id``: a
+#: merged manifest is carried into every later snapshot without an id of its own, and
+#: checking its entries again on every commit grew commit time with the table.
+_NOTHING_TO_ASSIGN = _Lru(8192)
 
 
 def clear_caches() -> None:
     """Forget every parsed manifest list, manifest and DV (benchmarks measuring a cold
     read; tests)."""
-    for cache in (_MANIFEST_LISTS, _MANIFESTS, _DVS):
+    for cache in (_MANIFEST_LISTS, _MANIFESTS, _DVS, _NOTHING_TO_ASSIGN):
         cache.clear()
 
 
@@ -151,6 +155,16 @@ def changed_entries(
         parsed = read_manifest(io.read(key), key, partition_type=ptype, skip_existing=True)
         cached = tuple(inherit(parsed.entries, manifest))
     return tuple(e for e in cached if e.status != EntryStatus.EXISTING)  # type: ignore[attr-defined]
+
+
+def known_to_assign_nothing(manifest: ManifestFile) -> bool:
+    """Whether ``manifest``'s entries were already found to need no row ids (its file
+    is immutable, so the answer holds for as long as the name does)."""
+    return _NOTHING_TO_ASSIGN.get(manifest.manifest_path) is not None
+
+
+def remember_assigns_nothing(manifest: ManifestFile) -> None:
+    _NOTHING_TO_ASSIGN.put(manifest.manifest_path, True)
 
 
 def remember_written_manifest(manifest: ManifestFile, entries: Iterable[ManifestEntry]) -> None:

@@ -6,10 +6,13 @@ for byte ``json.dumps`` of ``metadata_to_json`` (the reference encoding, no cach
 from __future__ import annotations
 
 import json
+from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calving.commit.spec import list_text
 from calving.commit.spec.list_text import LIST_TEXTS, ListTexts
 from calving.commit.spec.metadata import (
     TableMetadata,
@@ -57,9 +60,18 @@ OPS = st.lists(
 )
 
 
+@pytest.mark.parametrize("segment", [1, 3, list_text.SEGMENT_ENTRIES])
+def test_serialize_equals_the_reference_over_random_histories(segment):
+    """Small segments put the segment boundaries (a full last segment, an expiry that
+    cuts into or drops whole segments) inside the histories hypothesis draws."""
+    LIST_TEXTS.clear()
+    with mock.patch.object(list_text, "SEGMENT_ENTRIES", segment):
+        _serialize_equals_the_reference()
+
+
 @settings(max_examples=150, deadline=None)
 @given(OPS)
-def test_serialize_equals_the_reference_over_random_histories(ops):
+def _serialize_equals_the_reference(ops):
     tables = [new_table_metadata(SCHEMA, f"file:///w/t{i}", PartitionSpec(0)) for i in range(2)]
     n, current = 0, 0
     for op, k, note in ops:
@@ -106,19 +118,30 @@ def test_new_entries_only_are_encoded():
     def enc(o: object) -> str:
         return encode(numbers[id(o)])
 
-    assert (
-        texts.text("t", "snapshots", items[:99], enc) == "[" + ",".join(map(str, range(99))) + "]"
-    )
+    def text(some: tuple[object, ...]) -> str:
+        return b"".join(texts.pieces("t", "snapshots", some, enc)).decode()
+
+    assert text(items[:99]) == "[" + ",".join(map(str, range(99))) + "]"
     calls.clear()
-    assert texts.text("t", "snapshots", items, enc) == "[" + ",".join(map(str, range(100))) + "]"
+    assert text(items) == "[" + ",".join(map(str, range(100))) + "]"
     assert calls == [99]
     calls.clear()
-    assert (
-        texts.text("t", "snapshots", items[3:], enc)
-        == "[" + ",".join(map(str, range(3, 100))) + "]"
-    )
+    assert text(items[3:]) == "[" + ",".join(map(str, range(3, 100))) + "]"
     assert calls == []
-    assert texts.text("t", "snapshots", (), enc) == "[]"
+    assert text(()) == "[]"
+
+
+def test_a_new_entry_copies_only_the_last_segment():
+    """The text is kept in segments: appending to a long list leaves every full
+    segment's bytes as they were (the same objects), so a commit does not copy its
+    history to add one snapshot."""
+    texts = ListTexts()
+    items = tuple(object() for _ in range(3 * list_text.SEGMENT_ENTRIES + 5))
+    before = texts.pieces("t", "snapshots", items[:-1], lambda o: "{}")
+    after = texts.pieces("t", "snapshots", items, lambda o: "{}")
+    full = [p for p in before if len(p) > 1][:3]
+    assert len(full) == 3 and all(any(p is q for q in after) for p in full)
+    assert b"".join(after) == ("[" + ",".join(["{}"] * len(items)) + "]").encode()
 
 
 def test_the_process_cache_is_bounded():
@@ -127,3 +150,22 @@ def test_the_process_cache_is_bounded():
         m = commit(new_table_metadata(SCHEMA, "file:///w/t", PartitionSpec(0)), 1, "")
         serialize_metadata(m)
     assert len(LIST_TEXTS._last) <= 3 * 256
+
+
+@pytest.mark.parametrize("segment", [1, 2, 3, 4])
+def test_expiring_repeatedly_into_a_segment(segment):
+    """A long history losing a few entries at a time from the start: each cut falls at
+    another place in the first segment, and the next cut must start from where the
+    last one left its offsets."""
+    LIST_TEXTS.clear()
+    with mock.patch.object(list_text, "SEGMENT_ENTRIES", segment):
+        m = new_table_metadata(SCHEMA, "file:///w/t", PartitionSpec(0))
+        for n in range(1, 60):
+            m = commit(m, n, "é" * (n % 3))
+            if n % 3 == 0:
+                m = m.with_changes(snapshots=m.snapshots[1:], snapshot_log=m.snapshot_log[1:])
+            if n % 5 == 0:
+                m = m.with_changes(snapshots=m.snapshots[2:], snapshot_log=m.snapshot_log[2:])
+            if n % 7 == 0:
+                m = m.with_changes(metadata_log=m.metadata_log[-3:])
+            assert serialize_metadata(m) == reference(m)

@@ -62,3 +62,51 @@ def test_a_written_list_forgets_the_parents_manifests_it_drops(monkeypatch):
     unknown: Any = SimpleNamespace(manifest_list="x")
     scan.remember_written_manifest_list("list-2.avro", [m3], unknown)
     assert scan._MANIFESTS.get("m2.avro") is not None
+
+
+def test_a_carried_manifest_needing_no_row_ids_is_checked_once(sqlite_catalog, monkeypatch):
+    """A merged manifest has no ``first_row_id`` of its own (its entries keep theirs)
+    and is carried into every later snapshot: its entries are checked for rows needing
+    ids once, not again on every commit (that re-check grew commit time with the
+    table)."""
+    import pyarrow as pa
+
+    from calving.commit.spec.data_file import ManifestContent
+    from calving.commit.spec.schema import Schema
+    from calving.commit.spec.types import LONG, NestedField
+    from calving.commit.table import producer, scan
+    from calving.commit.table.actions.fast_append import FastAppend
+    from calving.commit.table.table import create_table
+    from calving.ingest.write.parquet_writer import write_data_file
+
+    schema = Schema((NestedField(1, "id", LONG, required=True),))
+    props = {"commit.manifest.min-count-to-merge": "3"}
+    table = create_table(sqlite_catalog, ("db", "t"), schema, properties=props)
+
+    def append(n: int) -> None:
+        loc = f"{table.metadata.location}/data/f{n}.parquet"
+        rows = pa.table({"id": pa.array([n, n + 100], pa.int64())})
+        table.commit_or_raise(FastAppend((write_data_file(table.io, loc, rows, schema),)))
+
+    for n in range(8):
+        append(n)
+    current = scan.manifest_files(table.io, table.metadata.current_snapshot)
+    merged = [m for m in current if m.content == ManifestContent.DATA and m.first_row_id is None]
+    assert merged  # the shape this is about: a carried manifest without an id
+    checked: list[str] = []
+    original = producer.SnapshotProducer._entries
+
+    def spy(self, mf):
+        checked.append(mf.manifest_path)
+        return original(self, mf)
+
+    monkeypatch.setattr(producer.SnapshotProducer, "_entries", spy)
+    scan.clear_caches()  # as a new process: the first commit checks it, later ones not
+    append(8)
+    assert merged[0].manifest_path in checked
+    checked.clear()
+    append(9)
+    assert merged[0].manifest_path not in checked
+    after = scan.manifest_files(table.io, table.metadata.current_snapshot)
+    assert merged[0].manifest_path in {m.manifest_path for m in after}  # still carried
+    assert table.metadata.next_row_id == 20  # every row of the ten files got an id

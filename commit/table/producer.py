@@ -188,7 +188,7 @@ class SnapshotProducer:
                 rows = rows_to_assign(entries)
                 if not rows:
                     scan.remember_assigns_nothing(mf)
-                if rows:
+                else:
                     mf = replace(mf, first_row_id=next_id)
                     next_id += rows
                     if mf.added_snapshot_id == self.snapshot_id:

@@ -6,7 +6,9 @@ Parquet.
 
 JSON lines go to standard output unless ``--output`` names a file; Parquet needs
 ``--output``. Each JSON line is one change: the table's columns (timestamps and dates
-in ISO-8601, decimals as strings, binary as hex), then ``_change_type``,
+in ISO-8601, decimals as strings, binary as hex, NaN and infinities as the strings
+``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` as Spark's ``to_json`` writes them, so
+every line is strict JSON), then ``_change_type``,
 ``_change_ordinal``, ``_commit_snapshot_id`` and ``_row_id``. A summary line goes to
 standard error: the changes by type and the snapshots read.
 """
@@ -17,6 +19,7 @@ import argparse
 import datetime as dt
 import decimal
 import json
+import math
 import sys
 import uuid
 from collections import Counter
@@ -112,8 +115,26 @@ def _json_value(value: Any) -> Any:
     raise TypeError(f"no JSON form for {type(value).__name__}")
 
 
+def _finite(value: Any) -> Any:
+    """``value`` with every float that is not finite replaced by its name."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _line(row: dict[str, Any]) -> str:
+    try:
+        return json.dumps(row, default=_json_value, ensure_ascii=False, allow_nan=False)
+    except ValueError:  # a NaN or infinity somewhere: rare, so looked for only then
+        return json.dumps(_finite(row), default=_json_value, ensure_ascii=False, allow_nan=False)
+
+
 def write_jsonl(out: pa.Table, sink: IO[str]) -> None:
     for batch in out.to_batches(max_chunksize=4096):
         for row in batch.to_pylist():
-            sink.write(json.dumps(row, default=_json_value, ensure_ascii=False))
+            sink.write(_line(row))
             sink.write("\n")

@@ -166,3 +166,36 @@ def test_json_lines_of_every_kind_of_value() -> None:
         "u": "12" * 16,
         "s": {"x": 1},
     }
+
+
+def test_json_lines_stay_strict_json_with_nan_and_infinities() -> None:
+    """Avro keeps NaN and infinities in double columns; Python's json would write them
+    as bare ``NaN`` / ``Infinity``, which strict parsers refuse."""
+    import io
+    import math
+
+    import pyarrow as pa
+
+    from calving.ingest.cli.changes import write_jsonl
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"not strict JSON: {name}")
+
+    inf = math.inf
+    t = pa.table(
+        {
+            "x": pa.array([math.nan, inf, -inf, 1.5], pa.float64()),
+            "f": pa.array([1.0, None, 2.0, -inf], pa.float32()),
+            "l": pa.array([[math.nan, 1.0], [], None, [inf]], pa.list_(pa.float64())),
+            "s": pa.array([{"y": -inf}, {"y": 0.5}, None, {"y": None}]),
+        }
+    )
+    sink = io.StringIO()
+    write_jsonl(t, sink)
+    rows = [json.loads(line, parse_constant=refuse) for line in sink.getvalue().splitlines()]
+    assert rows == [
+        {"x": "NaN", "f": 1.0, "l": ["NaN", 1.0], "s": {"y": "-Infinity"}},
+        {"x": "Infinity", "f": None, "l": [], "s": {"y": 0.5}},
+        {"x": "-Infinity", "f": 2.0, "l": None, "s": None},
+        {"x": 1.5, "f": "-Infinity", "l": ["Infinity"], "s": {"y": None}},
+    ]

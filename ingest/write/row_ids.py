@@ -86,7 +86,13 @@ def _lineage_columns(row_ids: np.ndarray, group_rows: list[int]) -> bytes:
     ids = pa.array(row_ids, pa.int64(), mask=np.asarray(row_ids) == UNKNOWN)
     columns = pa.table([ids, pa.nulls(len(row_ids), pa.int64())], schema=_LINEAGE_ARROW)
     sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(sink, _LINEAGE_ARROW, compression="zstd", use_dictionary=False) as writer:
+    with pq.ParquetWriter(
+        sink,
+        _LINEAGE_ARROW,
+        compression="zstd",
+        use_dictionary=False,
+        column_encoding={rl.ROW_ID.name: "DELTA_BINARY_PACKED"},  # as write_data_file does
+    ) as writer:
         at = 0
         for rows in group_rows:
             writer.write_table(columns.slice(at, rows), row_group_size=max(rows, 1))

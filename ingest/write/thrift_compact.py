@@ -194,9 +194,9 @@ def _read_struct(data: bytes, pos: int) -> tuple[Struct, int]:
             field_id, pos = _read_zigzag(data, pos)
         if wire_type == TRUE or wire_type == FALSE:
             fields.append(Field(field_id, TRUE, wire_type == TRUE))
-        elif wire_type == I32 or wire_type == I64 or wire_type == I16:
-            n, pos = _read_varint(data, pos)
-            fields.append(Field(field_id, wire_type, (n >> 1) ^ -(n & 1)))
+        elif wire_type == I32 or wire_type == I64 or wire_type == I16:  # most fields
+            value, pos = _read_zigzag(data, pos)
+            fields.append(Field(field_id, wire_type, value))
         else:
             value, pos = _read_value(data, pos, wire_type)
             fields.append(Field(field_id, wire_type, value))
@@ -280,8 +280,7 @@ def _struct_into(s: Struct, out: bytearray) -> None:
             out.append(wire_type)
             _zigzag(f.id, out)
         if wire_type == I32 or wire_type == I64 or wire_type == I16:  # most fields
-            n = int(f.value)
-            _varint((n << 1) ^ (n >> 63), out)
+            _zigzag(int(f.value), out)
         elif wire_type != TRUE and wire_type != FALSE:
             _value(wire_type, f.value, out)
         last = f.id

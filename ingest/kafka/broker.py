@@ -266,6 +266,7 @@ class EmbeddedBroker:
             raise BrokerStartError("cannot pause a broker that is not running")
         self._process.send_signal(signal.SIGSTOP)
         self._paused = True
+        _wait_until_stopped(self._process.pid)
 
     def resume(self) -> None:
         """Undo ``pause()`` (SIGCONT)."""
@@ -278,6 +279,30 @@ class EmbeddedBroker:
         state = "paused" if self._paused else ("running" if self.is_running() else "stopped")
         where = f"{_LOOPBACK}:{self._port}" if self._port else "-"
         return f"EmbeddedBroker({where}, {state}, log={self._log_path})"
+
+
+def _wait_until_stopped(pid: int, timeout: float = 5.0) -> None:
+    """Return once every thread of ``pid`` is stopped: the signal is delivered
+    asynchronously, and a test that relies on a frozen broker must not race it.
+    Without /proc (not Linux) this returns at once."""
+    deadline = time.monotonic() + timeout
+    task = Path(f"/proc/{pid}/task")
+    while time.monotonic() < deadline:
+        try:
+            states = [_state(t / "stat") for t in task.iterdir()]
+        except OSError:  # not Linux, the process gone, or a thread that just ended
+            if not task.exists():
+                return
+            continue
+        if all(s in ("T", "t") for s in states):
+            return
+        time.sleep(0.005)
+    raise BrokerStartError(f"broker process {pid} did not stop within {timeout:.0f}s")
+
+
+def _state(stat: Path) -> str:
+    # the state follows the parenthesised command name, which may hold spaces
+    return stat.read_text().rsplit(")", 1)[1].split()[0]
 
 
 def _resolve_binary() -> str:

@@ -30,6 +30,7 @@ KEYS = (
     "fail_on_data_loss",
     "include_headers",
     "min_partitions",
+    "task_records",
     "group_id_prefix",
     "poll_timeout_ms",
     "fetch_offset_retries",
@@ -65,6 +66,8 @@ class SourceConfig:
     fail_on_data_loss: bool = True
     include_headers: bool = False
     min_partitions: int | None = None
+    #: The fused path: small ranges share a task up to this many records (default 10,000).
+    task_records: int | None = None
     group_id_prefix: str | None = None
     poll_timeout_ms: int | None = None
     fetch_offset_retries: int | None = None
@@ -99,6 +102,7 @@ class SourceConfig:
         optional = {
             "maxOffsetsPerTrigger": self.max_offsets_per_trigger,
             "minPartitions": self.min_partitions,
+            "calving.taskRecords": self.task_records,
             "groupIdPrefix": self.group_id_prefix,
             "kafkaConsumer.pollTimeoutMs": self.poll_timeout_ms,
             "fetchOffset.numRetries": self.fetch_offset_retries,
@@ -174,6 +178,7 @@ def parse_source(s: Section) -> SourceConfig:
         fail_on_data_loss=s.boolean("fail_on_data_loss", True),
         include_headers=s.boolean("include_headers", False),
         min_partitions=s.integer("min_partitions", minimum=1),
+        task_records=s.integer("task_records", minimum=1),
         group_id_prefix=s.string("group_id_prefix"),
         poll_timeout_ms=s.integer("poll_timeout_ms", minimum=1),
         fetch_offset_retries=s.integer("fetch_offset_retries", minimum=0),

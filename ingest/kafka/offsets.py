@@ -265,3 +265,26 @@ def split_ranges(ranges: list[OffsetRange], min_partitions: int | None) -> list[
             hi = r.start + r.size * (i + 1) // pieces
             out.append(OffsetRange(r.topic, r.partition, lo, hi))
     return out
+
+
+def group_small_ranges(
+    ranges: list[OffsetRange], task_records: int
+) -> list[tuple[OffsetRange, ...]]:
+    """``ranges`` dealt into as few tasks as hold ``task_records`` records each, never
+    more tasks than ranges: a batch of 40 records over two partitions is one task (one
+    file per table partition instead of two), one of 2 x 50,000 stays two. Largest
+    range first into the lightest task, so the tasks come out near-equal; a range is
+    never cut, so every key of a topic-partition stays in one task."""
+    if not ranges:
+        return []
+    total = sum(r.size for r in ranges)
+    tasks = min(len(ranges), max(1, -(-total // task_records)))
+    if tasks == len(ranges):
+        return [(r,) for r in ranges]
+    groups: list[list[OffsetRange]] = [[] for _ in range(tasks)]
+    loads = [0] * tasks
+    for r in sorted(ranges, key=lambda r: (-r.size, r.topic, r.partition)):
+        lightest = loads.index(min(loads))
+        groups[lightest].append(r)
+        loads[lightest] += r.size
+    return [tuple(g) for g in groups]

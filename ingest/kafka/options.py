@@ -37,6 +37,12 @@ SPLIT_RANGES = "calving.splitRanges"
 #: (default: a task per range). A sink that collects the rows on the driver (the
 #: many-table sink) asks for one: a task per range cost 17 s for 500 ranges here.
 RANGE_TASKS = "calving.rangeTasks"
+#: With ``calving.emit = ranges`` and no ``calving.rangeTasks`` or ``minPartitions``: small
+#: ranges share a task until it holds this many records (``group_small_ranges``), so a
+#: small batch writes one file per table partition, not one per Kafka partition too.
+#: 1 keeps a task per range. No effect with ``calving.emit = records``.
+TASK_RECORDS = "calving.taskRecords"
+DEFAULT_TASK_RECORDS = 10_000
 
 _KAFKA_PREFIX = "kafka."
 _SUBSCRIPTION_KINDS = ("subscribe", "subscribePattern", "assign")
@@ -58,6 +64,7 @@ _KNOWN = {
         EMIT,
         SPLIT_RANGES,
         RANGE_TASKS,
+        TASK_RECORDS,
     )
 }
 #: Consumer settings the source owns; Spark refuses the same ones.
@@ -119,6 +126,8 @@ class KafkaSourceOptions:
     split_ranges: bool = True
     #: ``RANGE_TASKS`` (None: a task per range).
     range_tasks: int | None = None
+    #: ``TASK_RECORDS``.
+    task_records: int = DEFAULT_TASK_RECORDS
 
     @property
     def read_committed(self) -> bool:
@@ -167,6 +176,7 @@ class KafkaSourceOptions:
             emit=_emit(opts),
             split_ranges=_bool(opts, SPLIT_RANGES, True),
             range_tasks=_range_tasks(opts),
+            task_records=_task_records(opts),
         )
 
 
@@ -175,6 +185,11 @@ def _range_tasks(opts: Mapping[str, str]) -> int | None:
     if tasks is not None and _emit(opts) != "ranges":
         raise ConfigError(f"option {RANGE_TASKS!r} applies only with {EMIT} = ranges")
     return tasks
+
+
+def _task_records(opts: Mapping[str, str]) -> int:
+    records = _positive_int(opts, TASK_RECORDS)  # no effect on records (the shuffle path)
+    return DEFAULT_TASK_RECORDS if records is None else records
 
 
 def _emit(opts: Mapping[str, str]) -> Literal["records", "ranges"]:

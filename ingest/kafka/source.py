@@ -52,6 +52,7 @@ from calving.ingest.kafka.offsets import (
     OffsetsJson,
     TopicPartition,
     admit,
+    group_small_ranges,
     offsets_from_json,
     offsets_to_json,
     report_vanished_partitions,
@@ -114,7 +115,7 @@ class KafkaUnavailableError(Transient):
 
 class KafkaInputPartition(InputPartition):
     """One Spark task: an ``OffsetRange`` (records), or with ``calving.emit = ranges``
-    and ``calving.rangeTasks`` several (their range rows)."""
+    one or more (their range rows: ``calving.rangeTasks``, ``calving.taskRecords``)."""
 
     def __init__(self, *offset_ranges: OffsetRange) -> None:
         super().__init__(offset_ranges)
@@ -336,11 +337,16 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(OffsetRange(tp[0], tp[1], first, until[tp]))
         split = self._options.min_partitions if self._options.split_ranges else None
         planned = split_ranges(ranges, split)
+        if self._options.emit != "ranges":
+            return [KafkaInputPartition(r) for r in planned]
         tasks = self._options.range_tasks
-        if self._options.emit == "ranges" and tasks is not None:
+        if tasks is not None:
             dealt = [planned[i::tasks] for i in range(min(tasks, len(planned)))]
             return [KafkaInputPartition(*group) for group in dealt]
-        return [KafkaInputPartition(r) for r in planned]
+        if self._options.min_partitions is not None:  # asks for tasks: keep them all
+            return [KafkaInputPartition(r) for r in planned]
+        grouped = group_small_ranges(planned, self._options.task_records)
+        return [KafkaInputPartition(*group) for group in grouped]
 
     def commit(self, end: OffsetsJson) -> None:
         """Nothing to do: offsets live in Spark's checkpoint and in the table's ledger."""

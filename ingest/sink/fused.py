@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
@@ -74,10 +75,39 @@ def fused_keyed(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
                 parts.append(conform(rows, stage))
         messages: list[Message] = []
         if parts:
-            messages = write_last_events(plan, pa.concat_tables(parts))
+            for data in _as_if_a_task_per_partition(plan, pa.concat_tables(parts)):
+                messages += write_last_events(plan, data)
         yield encode(messages + decoding.finish(io))
 
     return run
+
+
+def _as_if_a_task_per_partition(plan: TaskPlan, data: pa.Table) -> list[pa.Table]:
+    """A task may hold the small ranges of several Kafka partitions
+    (``calving.taskRecords``). Their keys are disjoint when the topic is keyed by the
+    row's key, and then they are written together. A key in two of them has no known
+    order between its events: each partition's rows are written apart, as separate
+    tasks would, so that the driver sees the key written twice and redoes the batch
+    on the shuffle path (``keys_in_two_tasks``)."""
+    where = ["_topic", "_partition"]
+    sources = data.select(where).group_by(where, use_threads=False).aggregate([])
+    if sources.num_rows < 2:
+        return [data]
+    schema = plan.metadata().schema
+    keys = [schema.column_name(i) for i in schema.identifier_field_ids]
+    seen = data.select([*keys, *where]).group_by([*keys, *where], use_threads=False).aggregate([])
+    counts = seen.group_by(keys, use_threads=False).aggregate([([], "count_all")])
+    if pc.max(counts.column("count_all")).as_py() < 2:
+        return [data]
+    return [
+        data.filter(
+            pc.and_(
+                pc.equal(data.column("_topic"), source["_topic"]),
+                pc.equal(data.column("_partition"), source["_partition"]),
+            )
+        )
+        for source in sources.to_pylist()
+    ]
 
 
 def read_and_decode_for_keyed(

@@ -37,6 +37,7 @@ CASES = [
     ("source.include_headers", S, "source.include_headers"),
     ("source.wait_for_topics", S, "source.wait_for_topics"),
     ("source.min_partitions", S, "source.min_partitions"),
+    ("source.task_records", S, "source.task_records"),
     ("source.group_id_prefix", "   ", "source.group_id_prefix"),
     ("source.poll_timeout_ms", S, "source.poll_timeout_ms"),
     ("source.fetch_offset_retries", S, "source.fetch_offset_retries"),

@@ -132,6 +132,12 @@ CASES = [
         ["source.min_partitions: expected an integer, got a boolean True"],
     ),
     (
+        "source.task_records-minimum",
+        json_append,
+        [("source.task_records", 0)],
+        ["source.task_records: must be at least 1, got 0"],
+    ),
+    (
         "source.fetch_offset_retries-minimum",
         json_append,
         [("source.fetch_offset_retries", -1)],

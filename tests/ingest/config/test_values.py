@@ -22,6 +22,7 @@ def test_spark_options_use_sparks_names():
     doc = edit(doc, "source.max_offsets_per_trigger", 1000)
     doc = edit(doc, "source.include_headers", True)
     doc = edit(doc, "source.min_partitions", 4)
+    doc = edit(doc, "source.task_records", 2000)
     doc = edit(doc, "source.group_id_prefix", "calving-orders")
     doc = edit(doc, "source.poll_timeout_ms", 30000)
     doc = edit(doc, "source.fetch_offset_retries", 5)
@@ -35,6 +36,7 @@ def test_spark_options_use_sparks_names():
         "includeHeaders": "true",
         "maxOffsetsPerTrigger": "1000",
         "minPartitions": "4",
+        "calving.taskRecords": "2000",
         "groupIdPrefix": "calving-orders",
         "kafkaConsumer.pollTimeoutMs": "30000",
         "fetchOffset.numRetries": "5",

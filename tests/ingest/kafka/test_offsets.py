@@ -14,6 +14,7 @@ from calving.ingest.kafka.offsets import (
     KafkaDataLossError,
     OffsetRange,
     admit,
+    group_small_ranges,
     offsets_from_json,
     offsets_to_json,
     parse_assign_option,
@@ -224,3 +225,33 @@ def test_split_ranges_splits_big_ranges_more() -> None:
     pieces = split_ranges([OffsetRange("t", 0, 0, 900), OffsetRange("t", 1, 0, 100)], 10)
     assert [p.partition for p in pieces].count(0) == 9
     assert [p.partition for p in pieces].count(1) == 1
+
+
+@given(ranges_strategy, st.integers(1, 3_000))
+def test_grouped_ranges_keep_each_range_whole_in_exactly_one_task(
+    ranges: list, task_records: int
+) -> None:
+    ranges = [r for r in ranges if r.size > 0]  # as planned
+    tasks = group_small_ranges(ranges, task_records)
+    dealt = [r for task in tasks for r in task]
+    assert sorted(dealt, key=lambda r: r.partition) == sorted(ranges, key=lambda r: r.partition)
+    assert all(tasks)  # no empty task
+    total = sum(r.size for r in ranges)
+    assert len(tasks) == min(len(ranges), max(1, -(-total // task_records))) or not ranges
+    if len(tasks) < len(ranges):  # near-equal: no task is heavier by more than its
+        loads = sorted(sum(r.size for r in t) for t in tasks)  # lightest range
+        assert loads[-1] - loads[0] <= max(r.size for r in ranges)
+
+
+def test_small_ranges_share_a_task_and_big_ones_keep_their_own() -> None:
+    small = [OffsetRange("t", 0, 0, 20), OffsetRange("t", 1, 5, 25)]
+    assert group_small_ranges(small, 10_000) == [(small[0], small[1])]
+    big = [OffsetRange("t", 0, 0, 50_000), OffsetRange("t", 1, 0, 50_000)]
+    assert group_small_ranges(big, 10_000) == [(big[0],), (big[1],)]
+    mixed = [OffsetRange("t", p, 0, n) for p, n in enumerate([9_000, 6_000, 3_000, 2_000])]
+    # 20,000 records: two tasks, the largest range first into the lightest task
+    assert group_small_ranges(mixed, 10_000) == [
+        (mixed[0], mixed[3]),
+        (mixed[1], mixed[2]),
+    ]
+    assert group_small_ranges(small, 1) == [(small[0],), (small[1],)]

@@ -84,6 +84,10 @@ def test_exactly_one_subscription_option(chosen: dict[str, str]) -> None:
             {"subscribe": "a", "calving.emit": "ranges", "calving.rangeTasks": "0"},
             "'calving.rangeTasks' must be positive",
         ),
+        (
+            {"subscribe": "a", "calving.emit": "ranges", "calving.taskRecords": "0"},
+            "'calving.taskRecords' must be positive",
+        ),
     ],
 )
 def test_bad_options_name_the_option(options: dict[str, str], named: str) -> None:

@@ -34,7 +34,7 @@ def fill(broker: EmbeddedBroker, topic: str, partitions: int, per_partition: int
 
 
 def ranges(source: KafkaStreamReader, start: dict, end: dict) -> list[OffsetRange]:
-    return [partition.range for partition in source.partitions(start, end)]  # type: ignore[attr-defined]  # partitions() is typed as Spark's InputPartition; ours carry .range
+    return [r for partition in source.partitions(start, end) for r in partition.ranges]  # type: ignore[attr-defined]  # partitions() is typed as Spark's InputPartition; ours carry .ranges
 
 
 def test_offsets_are_canonical_json_and_unchanged_when_nothing_is_new(
@@ -134,6 +134,32 @@ def test_range_rows_go_to_at_most_range_tasks_tasks(
         assert sorted(rows, key=lambda r: (r["topic"], r["partition"])) == sorted(
             (vars(r) for r in planned), key=lambda r: (r["topic"], r["partition"])
         )
+
+
+def test_small_range_rows_share_a_task_unless_tasks_are_asked_for(
+    broker: EmbeddedBroker, make_topic: Callable[..., str]
+) -> None:
+    """``calving.taskRecords``: a small batch's ranges go to one task (a fused task then
+    writes one file per table partition, not one per Kafka partition as well);
+    ``minPartitions`` or ``calving.taskRecords = 1`` keep a task per range."""
+    topic = make_topic(partitions=3)
+    fill(broker, topic, 3, 10)
+    options = {"subscribe": topic, "startingOffsets": "earliest", "calving.emit": "ranges"}
+    for extra, sizes in (
+        ({}, [3]),
+        ({"calving.taskRecords": "12"}, [1, 1, 1]),
+        ({"calving.taskRecords": "15"}, [2, 1]),
+        ({"calving.taskRecords": "1"}, [1, 1, 1]),
+        ({"minPartitions": "2"}, [1, 1, 1]),
+    ):
+        source = reader(broker, **options, **extra)
+        start = source.initialOffset()
+        parts = source.partitions(start, source.latestOffset(start, ReadAllAvailable()))
+        assert [len(p.ranges) for p in parts] == sizes, extra  # type: ignore[attr-defined]  # our InputPartition carries .ranges
+        rows = [r for p in parts for b in source.read(p) for r in b.to_pylist()]
+        assert sorted((r["partition"], r["start"], r["end"]) for r in rows) == [
+            (p, 0, 10) for p in range(3)
+        ]
 
 
 def test_partitions_of_new_topics_start_at_earliest_and_vanished_ones_are_data_loss(

@@ -54,15 +54,19 @@ def test_choose_path(configured, source, fmt, keyed, path):
         assert ("calving.splitRanges" in options) == keyed
 
 
-def _config(tmp_path, broker, topics: list[str], name: str, path: str) -> Any:
+def _config(
+    tmp_path, broker, topics: list[str], name: str, path: str, tasks_asked: bool = True
+) -> Any:
+    source: dict[str, Any] = {
+        "bootstrap_servers": broker.bootstrap_servers,
+        "topics": topics,
+        "max_offsets_per_trigger": 700,
+    }
+    if tasks_asked:  # would split ranges (a keyed fused path must not); keeps a task per
+        source["min_partitions"] = 6  # range: without it, small ranges share a task
     return parse_config(
         {
-            "source": {
-                "bootstrap_servers": broker.bootstrap_servers,
-                "topics": topics,
-                "max_offsets_per_trigger": 700,
-                "min_partitions": 6,  # would split ranges; a keyed fused path must not
-            },
+            "source": source,
             "format": {"type": "debezium-json"},
             "table": {
                 "catalog": f"sqlite:///{tmp_path}/catalog.db",
@@ -105,23 +109,34 @@ def _read_back(pipeline: Pipeline) -> list[tuple[Any, ...]]:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("path", ["auto", "shuffle"])
+@pytest.mark.parametrize("path", ["auto", "auto-grouped", "shuffle"])
 def test_cdc_stream_reads_back_exactly_on_either_path(path, spark, broker, make_topic, tmp_path):
     topic = make_topic(partitions=3)
     stream = cdc_events(keys=300, events=2400, partitions=3)
     ends = produce(broker.bootstrap_servers, topic, stream.records)
-    pipeline = build_pipeline(_config(tmp_path, broker, [topic], f"cdc_{path}", path), spark)
-    assert pipeline.path.path == ("fused" if path == "auto" else "shuffle")
+    name = f"cdc_{path.replace('-', '_')}"
+    config = _config(tmp_path, broker, [topic], name, path.split("-")[0], path != "auto-grouped")
+    pipeline = build_pipeline(config, spark)
+    assert pipeline.path.path == ("shuffle" if path == "shuffle" else "fused")
     calls = _run(pipeline)
-    if path == "auto":  # record bytes never entered Spark: the frames held ranges only
+    if path != "shuffle":  # record bytes never entered Spark: the frames held ranges only
         assert calls["ranges"] >= 3 and calls["records"] == 0
         assert pipeline.sink.keyed_path == "fused"
+        # an unpartitioned table: a file per task, and the three partitions' ranges of
+        # each 700-record batch share one task unless minPartitions asks for tasks
+        most = 1 if path == "auto-grouped" else 3
+        assert max(_files_added(pipeline)) == most
     else:
         assert calls["records"] >= 3 and calls["ranges"] == 0
     assert _read_back(pipeline) == stream.expected
-    assert pipeline.table.ledger(f"cdc_{path}") == {(topic, p): e for p, e in ends.items()}
+    assert pipeline.table.ledger(name) == {(topic, p): e for p, e in ends.items()}
     assert stream.deletes > 0 and pipeline.table.live_files().dvs
     _check_lineage(pipeline.table.metadata_location)
+
+
+def _files_added(pipeline: Pipeline) -> list[int]:
+    """The data files each of the table's snapshots added."""
+    return [int(s.summary.get("added-data-files", "0")) for s in pipeline.table.metadata.snapshots]
 
 
 def _check_lineage(location: str) -> None:
@@ -168,12 +183,14 @@ def _shift(record: tuple[Any, ...], i: int) -> tuple[Any, ...]:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("tasks_asked", [True, False], ids=["task-per-range", "grouped"])
 def test_a_key_in_two_partitions_sends_the_batch_to_the_shuffle_path(
-    spark, broker, make_topic, tmp_path, caplog
+    tasks_asked, spark, broker, make_topic, tmp_path, caplog
 ):
     """``path = "fused"`` on a topic whose producer put one key on two partitions: the
     first batch finds the key written by two tasks, is redone on the shuffle path, and
-    the stream stays there; the table equals a shuffle-path run of the same records."""
+    the stream stays there; the table equals a shuffle-path run of the same records.
+    Also when both partitions' ranges share one task: it writes them apart."""
     topic = make_topic(partitions=2)
     stream = cdc_events(keys=100, events=600, partitions=2, seed=3)
     # Key 7's events alternate partitions (a producer that keys by something else).
@@ -185,7 +202,8 @@ def test_a_key_in_two_partitions_sends_the_batch_to_the_shuffle_path(
     assert n7 >= 2
     produce(broker.bootstrap_servers, topic, records)
     with caplog.at_level(logging.WARNING, logger="calving.sink"):
-        forced = build_pipeline(_config(tmp_path, broker, [topic], "forced", "fused"), spark)
+        config = _config(tmp_path, broker, [topic], "forced", "fused", tasks_asked)
+        forced = build_pipeline(config, spark)
         _run(forced)
     assert forced.sink.keyed_path == "shuffle"
     assert any("written by two tasks" in r.getMessage() for r in caplog.records)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
@@ -55,6 +56,7 @@ PASS_FIELDS: dict[str, str] = {
     "groups": "compaction groups planned",
     "groups_committed": "groups committed",
     "groups_given_up": "groups given up for this pass: the stream moved past them",
+    "groups_given_up_by": "those groups counted by cause (the error's type name)",
     "groups_failed": "groups whose rewrite or commit failed",
     "groups_left": "groups not started (time budget or stop request)",
     "files_before": "data files the committed groups removed",
@@ -66,6 +68,8 @@ PASS_FIELDS: dict[str, str] = {
 }
 
 Figures = dict[str, int | float]
+#: Figure names ``given_up.<cause>``: groups given up, per error type.
+_GIVEN_UP_BY = "given_up."
 
 
 #: ``JobResult.skipped`` of a job whose commit lost every swap it tried (to the stream or
@@ -135,6 +139,11 @@ class MaintenanceReport:
             "groups": figure("groups"),
             "groups_committed": figure("committed"),
             "groups_given_up": figure("given_up"),
+            "groups_given_up_by": {
+                k.removeprefix(_GIVEN_UP_BY): int(v)
+                for k, v in sorted(figures.items())
+                if k.startswith(_GIVEN_UP_BY)
+            },
             "groups_failed": figure("failed"),
             "groups_left": figure("left"),
             "files_before": figure("files_before"),
@@ -353,6 +362,8 @@ class Compact:
             "dvs_purged": r.dvs_purged,
             "deletes_carried": r.deletes_carried,
         }
+        causes = Counter(reason.split(":", 1)[0] for reason in r.groups_given_up)
+        figures.update({_GIVEN_UP_BY + cause: n for cause, n in sorted(causes.items())})
         if r.groups_failed:
             failed = f"{len(r.groups_failed)} group(s) failed; first: {r.groups_failed[0]}"
             raise JobFailed(failed, figures)

@@ -22,6 +22,8 @@ from calving.commit.maintenance.compaction import (
 )
 from calving.commit.maintenance.compaction_plan import CompactionPolicy, RewriteGroup
 from calving.commit.maintenance.pacing import Pacer
+from calving.commit.maintenance.policy import MaintenancePolicy
+from calving.commit.maintenance.run import run_maintenance
 from calving.commit.spec import position_map as pm
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
@@ -126,11 +128,13 @@ def test_a_failed_group_keeps_the_others_of_its_wave(sqlite_catalog):
     _check(table, _all_rows(written))
 
 
-def test_a_group_the_table_moved_past_is_given_up_and_its_wave_commits(sqlite_catalog):
+@pytest.mark.parametrize("whole_pass", [False, True], ids=["compact", "pass"])
+def test_a_group_the_table_moved_past_is_given_up_and_its_wave_commits(sqlite_catalog, whole_pass):
     """Another maintenance process compacts one partition while this wave is being
     rewritten: that group's inputs are gone (RewriteConflictError), the group is given
-    up (not a failure) and the rest of the wave commits in one snapshot."""
-    table, written = _many_partitions(sqlite_catalog, "given_up")
+    up (not a failure) and the rest of the wave commits in one snapshot. A whole pass
+    counts the group given up by its cause in its JSON line."""
+    table, written = _many_partitions(sqlite_catalog, f"given_up_{whole_pass}")
     other = Table.load(sqlite_catalog, table.ident)
     rewrite = local_rewrite(table.io, POLICY.target_file_bytes)
     stolen: list[tuple[Any, ...]] = []
@@ -149,6 +153,13 @@ def test_a_group_the_table_moved_past_is_given_up_and_its_wave_commits(sqlite_ca
         return out
 
     snapshots_before = len(table.metadata.snapshots)
+    if whole_pass:
+        only_compact = MaintenancePolicy(compaction=POLICY, jobs=("compact",))
+        summary = run_maintenance(table, only_compact, another_compaction_takes_a_group)
+        line = summary.summary()
+        assert line["groups_given_up"] == 1 and line["groups_committed"] == PARTITIONS - 1
+        assert line["groups_given_up_by"] == {"RewriteConflictError": 1}
+        return
     report = compact(table, POLICY, another_compaction_takes_a_group)
     assert len(report.groups_given_up) == 1 and "no longer live" in report.groups_given_up[0]
     assert report.groups_failed == []

@@ -15,6 +15,7 @@ from tests.bench import soak
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 SHORT = soak.Params(batches=60, window=20, keys=1_000, hot_keys=100)
+INDEX_BYTES_PER_KEY = 64  # twice the most a key takes, file names included
 
 
 def test_a_short_soak_fails_nothing_and_grows_nothing_without_bound(broker, tmp_path):
@@ -33,7 +34,11 @@ def test_a_short_soak_fails_nothing_and_grows_nothing_without_bound(broker, tmp_
     assert last.manifests <= max(20, 3 * first.manifests), (first, last)
     assert last.python_rss <= 2 * first.python_rss, (first, last)
     assert last.jvm_rss <= 2 * first.jvm_rss, (first, last)
-    assert last.index_bytes <= 3 * max(first.index_bytes, 1), (first, last)
+    # The index is saved every 20 commits: the first window may see one saved while
+    # the keys still grew (9 KiB at 20 batches against 27 KiB at 60 in one run). It is
+    # bounded by the keys (about 16-37 bytes a key in memory, docs/concepts/many-tables.md;
+    # the file took 19 here), not time.
+    assert 0 < last.index_bytes <= INDEX_BYTES_PER_KEY * SHORT.keys, (first, last)
     if shutil.which("jcmd") is not None:  # what the JVM's RSS is made of
         # (the last window can fall on the JVM's exit: the first runs mid-stream)
         assert first.jvm_heap is not None and first.jvm_heap.heap_committed > 0, soak.table(r)

@@ -274,6 +274,8 @@ class Result:
     index_rebuilds: int = 0
     maintain_failed: list[str] = field(default_factory=list)
     maintain_passes: int = 0
+    #: Compaction groups the maintain process gave up, by cause (``groups_given_up_by``).
+    given_up_by: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     driver_cpu_s: float = 0.0
     maintain_cpu_s: float = 0.0
@@ -514,6 +516,16 @@ def _wait_for_table(config: Path, proc: subprocess.Popen[str], log_path: Path) -
     raise TimeoutError("the stream created no table: " + log_path.read_text()[-3000:])
 
 
+def _given_up_by(lines: list[str]) -> dict[str, int]:
+    """Groups given up over every pass's JSON line, by cause."""
+    total: dict[str, int] = {}
+    for line in lines:
+        if line.startswith('{"') and '"event": "maintenance"' in line:
+            for cause, n in json.loads(line).get("groups_given_up_by", {}).items():
+                total[cause] = total.get(cause, 0) + n
+    return dict(sorted(total.items()))
+
+
 def run(p: Params, broker: EmbeddedBroker | None = None, tmp: Path | None = None) -> Result:
     """The whole soak; its own embedded broker unless ``broker`` is given, in ``tmp`` (or
     a temporary directory deleted afterwards)."""
@@ -617,6 +629,7 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
     lines = (tmp / "m.log").read_text().splitlines()
     r.maintain_failed = [line for line in lines if "FAILED" in line]
     r.maintain_passes = sum(line.startswith("maintenance of") for line in lines)
+    r.given_up_by = _given_up_by(lines)
     r.log_tail = (tmp / "stream.log").read_text()[-3000:]
     if r.stream_rc == 0:
         r.readers = _readers(config, stream)
@@ -729,7 +742,9 @@ def to_figures(r: Result) -> list[Figure]:
         f"{r.batches:,} batches of {p.records_per_batch} records over {p.keys:,} keys "
         f"({p.hot_keys} hot), windows of {p.window}; {r.seconds:.0f} s; "
         f"stream rc {r.stream_rc}, {r.failed_batches} failed batches; maintain rc "
-        f"{r.maintain_rc}, {r.maintain_passes} passes, {len(r.maintain_failed)} failed jobs"
+        f"{r.maintain_rc}, {r.maintain_passes} passes, {len(r.maintain_failed)} failed jobs, "
+        f"groups given up {sum(r.given_up_by.values())} "
+        f"({', '.join(f'{k} {v}' for k, v in r.given_up_by.items()) or 'none'})"
     )
     figs = [
         growth("commit p50, ms", first.commit_p50_ms, last.commit_p50_ms),

@@ -177,3 +177,19 @@ def test_cpu_used_leaves_out_processes_that_exited():
     before = {("driver", 1): 5.0, ("python workers", 7): 40.0}
     after = {("driver", 1): 9.0, ("python workers", 8): 2.5, ("broker", 3): 1.0}
     assert cpu_used(before, after) == {"driver": 4.0, "python workers": 2.5, "broker": 1.0}
+
+
+def test_the_soak_sums_given_up_groups_by_cause_over_the_pass_lines():
+    from tests.bench.soak import _given_up_by
+
+    def line(**by: int) -> str:
+        return json.dumps({"event": "maintenance", "groups_given_up_by": by})
+
+    lines = [
+        "maintenance of shop.orders",
+        line(RewriteConflictError=2),
+        "  compact  groups=4 given_up.RewriteConflictError=2  0.20s",
+        line(),
+        line(RewriteConflictError=1, RetriesExhaustedError=3),
+    ]
+    assert _given_up_by(lines) == {"RetriesExhaustedError": 3, "RewriteConflictError": 3}

@@ -174,6 +174,11 @@ LOG_FIELDS: dict[str, str] = {
     "swaps_lost_to_maintenance": "of the retries, swaps lost to maintenance (not counted)",
     "conflicts": "lost swaps, plus 1 if the commit failed on a conflict",
     "commit_seconds": "driver commit stage",
+    "commit_phases": (
+        "seconds of the commit stage's phases that ran: lookup (the primary-key index), "
+        "lineage (updated rows' _row_id), commit (deletion vectors, manifests, metadata, "
+        "catalog swap, retries), finish (the index moved on, saved every 20 commits)"
+    ),
     "batch_seconds": "whole batch in the sink",
     "committed_at": "Unix time (s) the commit returned",
     "timestamp_min_ms": "oldest Kafka record timestamp of the batch (null if none)",
@@ -285,6 +290,7 @@ class SinkMetrics:
             swaps_lost_to_maintenance=stats.swaps_yielded,
             conflicts=max(0, attempts - 1),
             commit_seconds=now - commit_started,
+            commit_phases={k: round(v, 6) for k, v in stats.phases.items()} or None,
             committed_at=committed_at,
             timestamp_min_ms=parsed.timestamp_min_ms,
             timestamp_max_ms=parsed.timestamp_max_ms,

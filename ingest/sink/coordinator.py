@@ -11,6 +11,7 @@ ledger claim, so a replay skips both.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -53,6 +54,8 @@ class BatchStats:
     commit_attempts: int = 0  # of the snapshot commit (attempts - 1 lost the catalog swap)
     #: Of those lost swaps, the ones lost to maintenance (retried without counting).
     swaps_yielded: int = 0
+    #: Seconds of the commit stage's phases (``COMMIT_PHASES``), one-table commits only.
+    phases: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -309,8 +312,13 @@ class Coordinator:
         self._commit_dead_letters(batch_id, parsed, prepared.claim)
         # From the table state the batch was prepared on: no catalog read before the
         # check-and-put, which catches (and retries) a table someone else moved on.
+        started = time.monotonic()
         outcome = self.table.commit(prepared.action, from_cache=True)
-        return self.finish(prepared, outcome)
+        committed = time.monotonic()
+        stats = self.finish(prepared, outcome)
+        stats.phases["commit"] = committed - started
+        stats.phases["finish"] = time.monotonic() - committed
+        return stats
 
     def prepare(
         self, batch_id: int, parsed: ParsedMessages, summary: Mapping[str, str] | None = None
@@ -332,16 +340,20 @@ class Coordinator:
         deletes: dict[str, BitMap64] = {}
         rebase: Rebase | None = None
         if self.keyed:
+            started = time.monotonic()
             state = current_index(self.table.io, state, self.table.metadata)
             assert state.index is not None
             keys = _touched_keys(parsed)
             if keys is not None:
                 matches = state.index.lookup(keys)
                 deletes = matches.deletes()
+                looked_up = time.monotonic()
+                stats.phases["lookup"] = looked_up - started
                 if _keeps_row_ids(self.table.metadata):
                     parsed = keep_row_ids(
                         self.table.io, self.table.metadata, parsed, keys, matches, self.row_ids
                     )
+                    stats.phases["lineage"] = time.monotonic() - looked_up
             rebase = Rebase(self.table.io, state.index.key_field_ids, keys)
         self.index_state = state
         action = RowDelta(

@@ -5,9 +5,15 @@ table and the next batch's lookups find only live rows. Real SQLite catalog."""
 
 from __future__ import annotations
 
+import time
+
 from calving.commit import index as pk
+from calving.commit.table.ledger import OffsetRange
 from calving.commit.table.table import Table
+from calving.ingest.sink.coordinator import ParsedMessages
+from calving.ingest.sink.executor import write_last_events
 from tests.support.cdc_history import (
+    TOPIC,
     History,
     IdentityBook,
     Model,
@@ -47,3 +53,25 @@ def test_files_a_batch_empties_leave_the_index_with_the_table() -> None:
         loaded = pk.load(table.io, location, table.metadata)  # verifies files against the table
         assert set(loaded.file_paths) == set(table.live_files().data)
         assert len(loaded) == 3  # keys 0, 1, 3
+
+
+def test_a_keyed_commit_times_its_phases() -> None:
+    """``commit_batch`` reports how long each phase took (the batch line's
+    ``commit_phases``): the index lookup, the updated rows' ``_row_id``, the commit and
+    the index moving on; an insert-only first batch looks nothing up."""
+    with sqlite_catalog() as catalog:
+        h = History(catalog, partitioned=True, model=Model(updates_keep_identity=True))
+        stats = []
+        for events in ((("u", 0), ("u", 1), ("u", 2)), (("u", 0), ("d", 1), ("u", 5))):
+            valued = [(op, key, h._values(key)) for op, key in events]
+            parsed = ParsedMessages.of(write_last_events(h._plan(), h._rows(valued)))
+            parsed.ranges[(TOPIC, 0)] = OffsetRange(h.offset, h.offset + len(events))
+            h.offset += len(events)
+            started = time.monotonic()
+            stats.append(h.coordinator.commit_batch(len(stats), parsed))
+            elapsed = time.monotonic() - started
+            assert stats[-1].outcome == "committed"
+            phases = stats[-1].phases
+            assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= elapsed
+        assert set(stats[1].phases) == {"lookup", "lineage", "commit", "finish"}
+        assert {"commit", "finish"} <= set(stats[0].phases)

@@ -1,6 +1,7 @@
-"""The fused path: one Python task per planned Kafka range reads its records with
-confluent-kafka, decodes them, collapses them per key (keyed tables) and writes the
-Parquet files, returning only commit messages to the driver.
+"""The fused path: a Python task of whole planned Kafka ranges (small ones share a task,
+``calving.taskRecords``) reads their records with confluent-kafka, decodes them,
+collapses them per key (keyed tables) and writes the Parquet files, returning only
+commit messages to the driver.
 
 Its input is the ``calving.emit = ranges`` DataFrame of the ``calving-kafka`` source: one
 small row per offset range, planned on the driver exactly as the records source plans

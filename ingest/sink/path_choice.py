@@ -1,8 +1,9 @@
 """Which way records travel from Kafka to the table's files (``[sink] path``).
 
 * fused: the ``calving-kafka`` source emits one row per planned offset range
-  (``calving.emit = ranges``) and one Python task per range reads, decodes, collapses per
-  key and writes (``calving.ingest.sink.fused``): record bytes never enter the JVM.
+  (``calving.emit = ranges``) and a Python task of whole ranges (small ones share a task)
+  reads, decodes, collapses per key and writes (``calving.ingest.sink.fused``): record
+  bytes never enter the JVM.
 * shuffle: the source emits the records; a decode stage, then (keyed tables) a
   repartition by key and a collapse-and-write stage (``calving.ingest.sink.executor``).
 

@@ -54,7 +54,8 @@ class BatchStats:
     commit_attempts: int = 0  # of the snapshot commit (attempts - 1 lost the catalog swap)
     #: Of those lost swaps, the ones lost to maintenance (retried without counting).
     swaps_yielded: int = 0
-    #: Seconds of the commit stage's phases (``COMMIT_PHASES``), one-table commits only.
+    #: Seconds of the commit stage's phases: lookup and lineage (``prepare``), commit and
+    #: finish (``commit_batch`` only; a many-table commit times its tables together).
     phases: dict[str, float] = field(default_factory=dict)
 
 

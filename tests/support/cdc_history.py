@@ -240,10 +240,7 @@ class History:
     ) -> None:
         if not events:
             return
-        valued = [(op, key, self._values(key)) for op, key in events]
-        parsed = ParsedMessages.of(write_last_events(self._plan(), self._rows(valued)))
-        parsed.ranges[(TOPIC, 0)] = OffsetRange(self.offset, self.offset + len(events))
-        self.offset += len(events)
+        valued, parsed = self.written(events)
         self.batches += 1
         prepared = self.coordinator.prepare(self.batches, parsed)
         assert prepared.action is not None
@@ -256,6 +253,15 @@ class History:
         snap = self._current()
         self.commits.append(Commit(snap["snapshot-id"], snap["sequence-number"], "data"))
         self.model.apply(valued, snap["snapshot-id"], snap["sequence-number"])
+
+    def written(self, events: Sequence[Event]) -> tuple[list[Any], ParsedMessages]:
+        """The batch of ``events`` as a task writes it (each key's last event), at the
+        next offsets of the topic: its valued events and its commit messages."""
+        valued = [(op, key, self._values(key)) for op, key in events]
+        parsed = ParsedMessages.of(write_last_events(self._plan(), self._rows(valued)))
+        parsed.ranges[(TOPIC, 0)] = OffsetRange(self.offset, self.offset + len(events))
+        self.offset += len(events)
+        return valued, parsed
 
     def compact(self, during: Callable[[], None] | None = None) -> None:
         other = Table.load(self.table.catalog, self.table.ident, self.table.io)

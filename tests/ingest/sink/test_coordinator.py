@@ -8,12 +8,8 @@ from __future__ import annotations
 import time
 
 from calving.commit import index as pk
-from calving.commit.table.ledger import OffsetRange
 from calving.commit.table.table import Table
-from calving.ingest.sink.coordinator import ParsedMessages
-from calving.ingest.sink.executor import write_last_events
 from tests.support.cdc_history import (
-    TOPIC,
     History,
     IdentityBook,
     Model,
@@ -58,15 +54,12 @@ def test_files_a_batch_empties_leave_the_index_with_the_table() -> None:
 def test_a_keyed_commit_times_its_phases() -> None:
     """``commit_batch`` reports how long each phase took (the batch line's
     ``commit_phases``): the index lookup, the updated rows' ``_row_id``, the commit and
-    the index moving on; an insert-only first batch looks nothing up."""
+    the index moving on."""
     with sqlite_catalog() as catalog:
         h = History(catalog, partitioned=True, model=Model(updates_keep_identity=True))
         stats = []
         for events in ((("u", 0), ("u", 1), ("u", 2)), (("u", 0), ("d", 1), ("u", 5))):
-            valued = [(op, key, h._values(key)) for op, key in events]
-            parsed = ParsedMessages.of(write_last_events(h._plan(), h._rows(valued)))
-            parsed.ranges[(TOPIC, 0)] = OffsetRange(h.offset, h.offset + len(events))
-            h.offset += len(events)
+            _, parsed = h.written(events)
             started = time.monotonic()
             stats.append(h.coordinator.commit_batch(len(stats), parsed))
             elapsed = time.monotonic() - started

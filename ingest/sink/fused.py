@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
-from calving.ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.range_reader import RangeReader
 from calving.ingest.kafka.source import kafka_arrow_schema
 from calving.ingest.sink.executor import (
     Batches,
@@ -38,12 +38,19 @@ from calving.ingest.sink.messages import Message, encode
 
 
 def _records(options: KafkaSourceOptions, ranges: Batches) -> Iterator[pa.RecordBatch]:
-    """The Kafka records (Spark's Kafka columns) of every range row in ``ranges``."""
+    """The Kafka records (Spark's Kafka columns) of every range row in ``ranges``, read
+    with one consumer for the whole task (kept for the worker's next task), the small
+    ranges fetched together first."""
     schema = kafka_arrow_schema(options.include_headers)
-    for rb in ranges:
-        for r in rb.to_pylist():
-            span = OffsetRange(r["topic"], int(r["partition"]), int(r["start"]), int(r["end"]))
-            yield from read_range(options, span, schema)
+    spans = [
+        OffsetRange(r["topic"], int(r["partition"]), int(r["start"]), int(r["end"]))
+        for rb in ranges
+        for r in rb.to_pylist()
+    ]
+    with RangeReader(options) as reader:
+        reader.prefetch(spans)
+        for span in spans:
+            yield from reader.read(span, schema)
 
 
 def reading(options: KafkaSourceOptions, task: TaskFunction) -> TaskFunction:

@@ -60,7 +60,7 @@ from calving.ingest.kafka.offsets import (
     split_ranges,
 )
 from calving.ingest.kafka.options import KafkaSourceOptions
-from calving.ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.range_reader import RangeReader
 
 SOURCE_NAME = "calving-kafka"
 
@@ -361,7 +361,7 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self._options.emit == "ranges":
             rows = [vars(r) for r in partition.ranges]
             return iter([pa.RecordBatch.from_pylist(rows, schema=RANGE_ARROW_SCHEMA)])
-        return read_range(self._options, partition.range, self._arrow_schema)
+        return _read_kept(self._options, partition.range, self._arrow_schema)
 
 
 class KafkaSource(DataSource):
@@ -377,6 +377,15 @@ class KafkaSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return KafkaStreamReader(KafkaSourceOptions.parse(self.options))
+
+
+def _read_kept(
+    options: KafkaSourceOptions, offset_range: OffsetRange, schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """The range's records, read on the consumer the Python worker's previous task left
+    (``RangeReader``); closed instead of kept when the read fails."""
+    with RangeReader(options) as reader:
+        yield from reader.read(offset_range, schema)
 
 
 def _names(tps: Sequence[TopicPartition]) -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from calving.ingest.kafka.broker import EmbeddedBroker
+    from calving.ingest.kafka.options import KafkaSourceOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -44,3 +45,21 @@ def spark() -> Iterator[SparkSession]:
     session = local_session("calving-tests")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def counted_consumers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
+    """Every Kafka consumer a range reader creates, from no idle one."""
+    from calving.ingest.kafka import range_reader
+
+    range_reader.close_idle_consumers()
+    made: list[Any] = []
+    new = range_reader._new_consumer
+
+    def counted(options: KafkaSourceOptions) -> Any:
+        made.append(new(options))
+        return made[-1]
+
+    monkeypatch.setattr(range_reader, "_new_consumer", counted)
+    yield made
+    range_reader.close_idle_consumers()

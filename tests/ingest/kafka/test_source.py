@@ -286,3 +286,27 @@ def test_bad_options_fail_at_load(kafka_spark: Any, broker: EmbeddedBroker) -> N
     )
     with pytest.raises(Exception, match="exactly one of the options 'subscribe'"):
         reader.load()
+
+
+def test_a_records_task_takes_over_the_consumer_its_worker_kept(
+    broker: EmbeddedBroker, make_topic: Callable[..., str], counted_consumers: list[Any]
+) -> None:
+    """The records path's tasks (one range each) of one Python worker read on one Kafka
+    consumer, each exactly its range."""
+    from calving.ingest.kafka.offsets import OffsetRange
+    from calving.ingest.kafka.options import KafkaSourceOptions
+    from calving.ingest.kafka.source import KafkaInputPartition, KafkaStreamReader
+
+    topic = make_topic(partitions=2)
+    produce(broker.bootstrap_servers, topic, records(2, 5))
+    reader = KafkaStreamReader(
+        KafkaSourceOptions.parse(
+            {"kafka.bootstrap.servers": broker.bootstrap_servers, "subscribe": topic}
+        )
+    )
+    for partition, start, end in ((0, 1, 4), (1, 0, 5), (0, 4, 5)):
+        batches = list(reader.read(KafkaInputPartition(OffsetRange(topic, partition, start, end))))
+        table = pa.Table.from_batches(batches)
+        assert table.column("offset").to_pylist() == list(range(start, end))
+        assert set(table.column("partition").to_pylist()) == {partition}
+    assert len(counted_consumers) == 1

@@ -25,24 +25,8 @@ def range_rows(spans: list[tuple[str, int, int, int]]) -> Iterator[pa.RecordBatc
     )
 
 
-@pytest.fixture
-def consumers(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
-    """Every Kafka consumer a range reader creates, from no idle one."""
-    range_reader.close_idle_consumers()
-    made: list[Any] = []
-    new = range_reader._new_consumer
-
-    def counted(options: KafkaSourceOptions) -> Any:
-        made.append(new(options))
-        return made[-1]
-
-    monkeypatch.setattr(range_reader, "_new_consumer", counted)
-    yield made
-    range_reader.close_idle_consumers()
-
-
 def test_a_task_reads_all_its_ranges_with_one_consumer(
-    broker: EmbeddedBroker, make_topic: Callable[..., str], consumers: list[Any]
+    broker: EmbeddedBroker, make_topic: Callable[..., str], counted_consumers: list[Any]
 ) -> None:
     """Small ranges of several partitions and topics, and one past the joint fetch's
     size, come back exactly and in range order from a single consumer; the next task
@@ -68,14 +52,14 @@ def test_a_task_reads_all_its_ranges_with_one_consumer(
         )
     ]
     assert table.column("value").to_pylist() == expected
-    assert len(consumers) == 1
+    assert len(counted_consumers) == 1
     again = pa.Table.from_batches(list(_records(options, range_rows([(a, 1, 0, 8)]))))
     assert again.column("value").to_pylist() == [f"a1-{i}".encode() for i in range(8)]
-    assert len(consumers) == 1
+    assert len(counted_consumers) == 1
 
 
 def test_a_task_that_fails_while_reading_closes_its_consumer(
-    broker: EmbeddedBroker, make_topic: Callable[..., str], consumers: list[Any]
+    broker: EmbeddedBroker, make_topic: Callable[..., str], counted_consumers: list[Any]
 ) -> None:
     """A task failing part-way (the decoder raised) leaves no consumer to the next task."""
     topic = make_topic(partitions=2)
@@ -89,4 +73,4 @@ def test_a_task_that_fails_while_reading_closes_its_consumer(
     with pytest.raises(RuntimeError, match="the decoder failed"):
         records.throw(RuntimeError("the decoder failed"))
     assert range_reader._client_key(options) not in range_reader._IDLE
-    assert len(consumers) == 1
+    assert len(counted_consumers) == 1

@@ -43,6 +43,7 @@ from calving.commit.errors import (
     InvalidLocationError,
     UnsupportedFeatureError,
 )
+from calving.commit.io_sync import keep_for_sync
 from calving.commit.thread_pools import shared_pool
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
@@ -455,7 +456,8 @@ def _run_all(fn: Any, calls: Sequence[tuple[Any, ...]]) -> None:
 
 
 class _LocalOutputStream(io.BufferedWriter):
-    """A buffered local file that fsyncs itself and its directory when closed."""
+    """A buffered local file that fsyncs itself and its directory when closed (or, in a
+    ``io_sync.synced_together()`` block, when the block ends)."""
 
     def __init__(self, raw: io.FileIO, path: str, fsync: bool) -> None:
         super().__init__(raw, buffer_size=1 << 20)
@@ -465,13 +467,16 @@ class _LocalOutputStream(io.BufferedWriter):
     def close(self) -> None:
         if self.closed:
             return
+        kept = False
         try:
             self.flush()
             if self._do_fsync:
-                os.fsync(self.fileno())
+                kept = keep_for_sync(self.fileno(), self._path)
+                if not kept:
+                    os.fsync(self.fileno())
         finally:
             super().close()
-        if self._do_fsync:
+        if self._do_fsync and not kept:
             fd = os.open(os.path.dirname(self._path), os.O_RDONLY)
             try:
                 os.fsync(fd)

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from calving.commit.errors import SchemaError
 from calving.commit.io import FileIO
+from calving.commit.io_sync import synced_together
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.partition import PartitionSpec
 from calving.commit.spec.schema import Schema
@@ -70,8 +71,9 @@ class TaskWriter:
                 self._flush(partition)
 
     def close(self) -> list[WrittenFile]:
-        for partition in list(self._buffers):
-            self._flush(partition)
+        with synced_together():  # one file per partition: their fsyncs overlap
+            for partition in list(self._buffers):
+                self._flush(partition)
         return self.written
 
     def _split(self, rows: pa.Table) -> list[tuple[tuple[Any, ...], pa.Table]]:

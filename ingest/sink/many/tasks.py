@@ -24,6 +24,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from calving.commit.io_sync import synced_together
 from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.decode.batch import DEAD_LETTER_SCHEMA, META_COLUMNS
 from calving.ingest.kafka.offsets import OffsetRange
@@ -131,7 +132,8 @@ def many_tables_task(
             spans.setdefault(topic, []).append(OffsetRange(topic, partition, start, end))
         by_table: dict[str, list[Message]] = {}
         try:
-            with RangeReader(options) as shared:  # one consumer for all the task's ranges
+            # one consumer for all the task's ranges; the files fsynced together at the end
+            with RangeReader(options) as shared, synced_together():
                 reader = shared if reuse_consumer else None
                 if reader is not None:  # quiet tables' few records: one fetch for all
                     reader.prefetch([r for ranges in spans.values() for r in ranges])

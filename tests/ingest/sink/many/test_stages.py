@@ -31,7 +31,12 @@ from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.pipeline import build_many_sink
 from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
 from calving.ingest.sink.many.commit import BATCH_COMMIT, BATCH_TABLES, BatchCommit, swap_in
-from calving.ingest.sink.many.plan import Planner, pack, task_groups
+from calving.ingest.sink.many.plan import (
+    SMALL_BATCH_RECORDS_PER_CORE,
+    Planner,
+    pack,
+    task_groups,
+)
 from calving.ingest.sink.many.route import RoutedTable
 from calving.ingest.sink.many.runner import InProcessRunner, RangeRow
 from calving.ingest.sink.many.sink import ManyTablesSink
@@ -62,9 +67,11 @@ def _routed(catalog: SqlCatalog, name: str, schema: Schema = APPENDS) -> RoutedT
 
 
 def test_the_plan_packs_ranges_into_two_tasks_per_core_keeping_a_spread_table_whole():
+    k = SMALL_BATCH_RECORDS_PER_CORE  # 250 k records: two tasks per core up to 4 cores
     spans = _spans(
-        ("a", 0, 0, 100), ("b", 0, 0, 10), ("c", 0, 0, 60), ("c", 1, 0, 50), ("d", 0, 0, 30)
-    )
+        ("a", 0, 0, 100 * k), ("b", 0, 0, 10 * k), ("c", 0, 0, 60 * k), ("c", 1, 0, 50 * k),
+        ("d", 0, 0, 30 * k),
+    )  # fmt: skip
     table_of = {"a": "db.a", "b": "db.b", "c": "db.c", "d": "db.d"}
     every = sorted(
         r for rs in spans.values() for r in ((x.topic, x.partition, x.start, x.end) for x in rs)
@@ -76,9 +83,27 @@ def test_the_plan_packs_ranges_into_two_tasks_per_core_keeping_a_spread_table_wh
     packed = task_groups(spans, table_of, parallelism=1, together={"db.c"})
     assert len(packed) == 2
     assert sorted(r for g in packed for r in g) == every
-    assert any(("c", 0, 0, 60) in g and ("c", 1, 0, 50) in g for g in packed)
-    assert sorted(sum(r[3] - r[2] for r in g) for g in packed) == [120, 130]
+    assert any(("c", 0, 0, 60 * k) in g and ("c", 1, 0, 50 * k) in g for g in packed)
+    assert sorted(sum(r[3] - r[2] for r in g) for g in packed) == [120 * k, 130 * k]
     assert pack([[("a", 0, 0, 1)]], 0) == [[("a", 0, 0, 1)]]
+
+
+def test_a_small_batch_gets_one_task_per_core():
+    k = SMALL_BATCH_RECORDS_PER_CORE
+    table_of = {f"t{i}": f"db.t{i}" for i in range(50)}
+    one_each = _spans(*((f"t{i}", 0, 7, 8) for i in range(50)))
+    small = task_groups(one_each, table_of, parallelism=2)
+    assert len(small) == 2, "50 records on 2 cores: one task per core"
+    assert sorted(len(g) for g in small) == [25, 25]
+
+    big = _spans(
+        *((f"t{i}", 0, 0, k // 10) for i in range(50))
+    )  # 5 k records (k: the threshold) over 2 cores
+    assert len(task_groups(big, table_of, parallelism=2)) == 4, "two tasks per core"
+    just_under = _spans(("t0", 0, 0, 2 * k - 3), ("t1", 0, 0, 1), ("t2", 0, 0, 1))
+    assert len(task_groups(just_under, table_of, parallelism=2)) == 2
+    at = _spans(("t0", 0, 0, 2 * k - 2), ("t1", 0, 0, 1), ("t2", 0, 0, 1))
+    assert len(task_groups(at, table_of, parallelism=2)) == 3, "a task per range again"
 
 
 def test_a_table_plan_follows_the_table_and_topics_of_one_table_share_it(sqlite_catalog):
@@ -226,7 +251,7 @@ def test_batches_run_through_every_stage_with_the_tasks_in_process(broker, tmp_p
     assert stats.atomic and stats.committed == sorted(sink.tables)
     assert stats.read == sum(r[3] - r[2] for r in rows) == stats.records
     groups = runner.runs[0]
-    assert len(groups) == 2, "7 ranges packed into 2 tasks for one core"
+    assert len(groups) == 1, "a small batch's 7 ranges packed into one task for one core"
     assert sorted(r for g in groups for r in g) == sorted(rows)
     _assert_replicated(sink, db)
 
@@ -263,7 +288,7 @@ def test_a_key_two_tasks_wrote_is_written_again_in_one_task(broker, tmp_path: Pa
         db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "wh"
     )
     sink = build_many_sink(config)
-    runner = InProcessRunner(parallelism=8)  # 16 tasks: each of the 14 half-ranges its own
+    runner = InProcessRunner(parallelism=16)  # 16 tasks: each of the 14 half-ranges its own
 
     stats = sink.run_batch(runner, _rows_after(db, half, {}) + _rows_after(db, ends, half), 0)
 

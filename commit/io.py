@@ -305,7 +305,9 @@ class FileIO:
 
     def write(self, location: str, data: bytes) -> None:
         """Write a whole file, replacing any file of that name. Callers use fresh unique
-        names; use ``create_exclusive`` where a replaced file would be a lost commit."""
+        names; use ``create_exclusive`` where a replaced file would be a lost commit.
+        Locally, in an ``io_sync.synced_together()`` block, it is fsynced when the block
+        ends."""
         _announce((location,))
         fs, path = self.resolve(location)
         if fs is self._local:
@@ -396,8 +398,9 @@ class FileIO:
         directory, name = os.path.split(path)
         os.makedirs(directory, exist_ok=True)
         if not exclusive:
-            self._write_fd(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644), data)
-            self._sync_dir(directory)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            if not self._write_fd(fd, data, kept_path=path):
+                self._sync_dir(directory)
             return
         tmp = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
         self._write_fd(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), data)
@@ -421,13 +424,18 @@ class FileIO:
             raise FileAlreadyExistsError(to_uri(path)) from None
         self._write_fd(fd, data)
 
-    def _write_fd(self, fd: int, data: bytes) -> None:
+    def _write_fd(self, fd: int, data: bytes, kept_path: str | None = None) -> bool:
+        """Write and fsync; True when the fsync (and the directory's) was left to this
+        thread's ``io_sync`` group (only with ``kept_path``, the file's path)."""
         try:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
             if self._fsync:
+                if kept_path is not None and keep_for_sync(fd, kept_path):
+                    return True
                 os.fsync(fd)
+            return False
         finally:
             os.close(fd)
 

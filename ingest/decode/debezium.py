@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -190,9 +191,11 @@ def _connect_annotations(struct_schema: Any) -> dict[str, FieldAnnotation]:
 _Notes = Callable[[str], dict[str, FieldAnnotation] | None]
 
 
+@functools.lru_cache(maxsize=1024)
 def _schema_notes(prefix: bytes) -> dict[str, dict[str, FieldAnnotation]] | None:
     """The annotations of ``before`` and ``after`` from the bytes ``{"schema": {...},``
-    of a JSON-converter event; None if they are not exactly that."""
+    of a JSON-converter event; None if they are not exactly that. Kept per process
+    (each batch's decoders are new; the schema texts repeat): callers never change it."""
     head = prefix.rstrip()
     if not head.endswith(b","):
         return None

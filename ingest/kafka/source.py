@@ -17,6 +17,7 @@ watermarks; executors read each planned range (``calving.ingest.kafka.range_read
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -102,9 +103,11 @@ def source_schema(options: KafkaSourceOptions) -> StructType:
     return RANGE_COLUMNS if options.emit == "ranges" else kafka_schema(options.include_headers)
 
 
+@functools.cache
 def kafka_arrow_schema(include_headers: bool = False) -> pa.Schema:
     """The Arrow schema ``read()`` yields: exactly what PySpark checks batches against
-    (timestamps as ``timestamp[us, tz=UTC]`` whatever the session time zone)."""
+    (timestamps as ``timestamp[us, tz=UTC]`` whatever the session time zone). Made once
+    per process (a many-table task asks for it per table: 0.2 ms each time)."""
     return to_arrow_schema(kafka_schema(include_headers), timezone="UTC")
 
 

@@ -1,6 +1,7 @@
 """Local files fsynced together (``calving.commit.io_sync``) on real files: inside a
-``synced_together()`` block a closed file is synced when the block ends, not when it
-closes; a failed block syncs nothing; nested blocks join the outer one; the number of
+``synced_together()`` block a closed file (a stream, or a whole-file ``write``) is synced
+when the block ends, not when it closes, while an exclusive create (a commit point)
+syncs at once; a failed block syncs nothing; nested blocks join the outer one; the number of
 descriptors kept open is bounded; outside a block nothing changes."""
 
 from __future__ import annotations
@@ -46,6 +47,24 @@ def test_files_closed_in_a_block_are_synced_when_it_ends(tmp_path: Path, fsyncs:
     assert sorted(fsyncs[:6]) == sorted(str(p) for p in files), "every file, then..."
     assert sorted(fsyncs[6:]) == [str(tmp_path / "a"), str(tmp_path / "b")], "each dir once"
     assert _open_fds_to(tmp_path) == [], "every kept descriptor closed"
+
+
+def test_whole_file_writes_are_synced_with_the_block_but_exclusive_creates_at_once(
+    tmp_path: Path, fsyncs: list[str]
+) -> None:
+    io = FileIO()
+    with synced_together():
+        io.write(f"file://{tmp_path}/a/data.parquet", b"rows")
+        assert fsyncs == []
+        io.create_exclusive(f"file://{tmp_path}/b/v2.metadata.json", b"{}")
+        assert fsyncs[-1] == str(tmp_path / "b"), "a commit point is durable when it returns"
+        synced_before_end = list(fsyncs)
+    assert str(tmp_path / "a" / "data.parquet") not in synced_before_end
+    assert fsyncs[len(synced_before_end) :] == [
+        str(tmp_path / "a" / "data.parquet"),
+        str(tmp_path / "a"),
+    ]
+    assert io.read(f"file://{tmp_path}/a/data.parquet") == b"rows"
 
 
 def test_outside_a_block_each_file_syncs_as_it_closes(tmp_path: Path, fsyncs: list[str]) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from calving.commit.catalog.base import Catalog, TableIdent
 from calving.commit.errors import CalvingError
 from calving.commit.io import FileIO
+from calving.commit.io_sync import synced_together
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.committer import Committed, Skipped
 from calving.commit.table.ledger import LedgerClaim, TopicPartition
@@ -109,11 +110,14 @@ class BatchCommit:
     ) -> dict[str, PreparedBatch]:
         """Each table's prepared commit, all labelled as one batch's."""
         prepared: dict[str, PreparedBatch] = {}
-        for name, p in parsed.items():
-            if p.deferred:  # a broken invariant: every deferred table is written again
-                raise CalvingError(f"table {name}: {p.deferred} record(s) of batch {batch_id} "
-                                   "were never judged")  # fmt: skip
-            prepared[name] = self.tables[name].coordinator.prepare(batch_id, p, summary)
+        # The tables' new files (updates' data files with their `_row_id`) are fsynced
+        # together once all are written, before any commit names them.
+        with synced_together():
+            for name, p in parsed.items():
+                if p.deferred:  # a broken invariant: every deferred table is written again
+                    raise CalvingError(f"table {name}: {p.deferred} record(s) of batch "
+                                       f"{batch_id} were never judged")  # fmt: skip
+                prepared[name] = self.tables[name].coordinator.prepare(batch_id, p, summary)
         label_batch(prepared)
         return prepared
 

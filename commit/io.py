@@ -43,7 +43,7 @@ from calving.commit.errors import (
     InvalidLocationError,
     UnsupportedFeatureError,
 )
-from calving.commit.io_sync import keep_for_sync
+from calving.commit.io_sync import fsync_dir, keep_for_sync
 from calving.commit.thread_pools import shared_pool
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
@@ -440,13 +440,8 @@ class FileIO:
             os.close(fd)
 
     def _sync_dir(self, directory: str) -> None:
-        if not self._fsync:
-            return
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        if self._fsync:
+            fsync_dir(directory)
 
 
 _POOL_WORKERS = 8  # I/O-bound: fsyncs and object-store puts release the GIL
@@ -485,11 +480,7 @@ class _LocalOutputStream(io.BufferedWriter):
         finally:
             super().close()
         if self._do_fsync and not kept:
-            fd = os.open(os.path.dirname(self._path), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(os.path.dirname(self._path))
 
 
 @contextlib.contextmanager

@@ -105,13 +105,19 @@ def _fsync_fd(fd: int, path: str) -> None:
         raise FileIOError(f"{path}: fsync failed: {err}") from err
 
 
+def fsync_dir(directory: str) -> None:
+    """Make a directory's entries durable (a file created or renamed in it); errors are
+    plain ``OSError``s."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _fsync_dir(directory: str) -> None:
     try:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(directory)
     except OSError as err:
         raise FileIOError(f"{directory}: fsync failed: {err}") from err
 

@@ -47,6 +47,7 @@ from calving.commit.io import (
     local_path,
     scheme_of,
 )
+from calving.commit.io_sync import fsync_dir
 from calving.commit.maintenance import compaction
 from calving.commit.maintenance.compaction_plan import RewriteGroup
 from calving.commit.maintenance.orphans import canonical, is_catalog_version_file, referenced_files
@@ -216,11 +217,7 @@ def _store(io: FileIO, location: str, data: bytes) -> None:
                 os.fsync(f.fileno())
         os.replace(tmp, path)
         if sync:
-            fd = os.open(directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_dir(directory)
     except OSError as err:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -86,17 +86,29 @@ class RowIdReader:
             values = self._stored.pop(path)
             self._stored_rows -= 0 if values is None else len(values)
 
+    def remember_stored(self, path: str, values: np.ndarray) -> None:
+        """Cache ``values`` as the ``_row_id`` column stored in the data file ``path``
+        (``UNKNOWN`` for nulls): for a file the caller has just written, so a later
+        update of its rows need not read it back. A file that is never committed is
+        never asked for, and is forgotten with the files that left the table."""
+        self._cache(path, np.asarray(values, np.int64))
+
     def _stored_column(self, path: str) -> np.ndarray | None:
         if path in self._stored:
             self._stored.move_to_end(path)
             return self._stored[path]
         values = read_stored_row_ids(self.io, path)
+        self._cache(path, values)
+        return values
+
+    def _cache(self, path: str, values: np.ndarray | None) -> None:
+        previous = self._stored.pop(path, None)
+        self._stored_rows -= 0 if previous is None else len(previous)
         self._stored[path] = values
         self._stored_rows += 0 if values is None else len(values)
         while self._stored_rows > self.max_cached_rows and len(self._stored) > 1:
             _, dropped = self._stored.popitem(last=False)
             self._stored_rows -= 0 if dropped is None else len(dropped)
-        return values
 
 
 def read_stored_row_ids(io: FileIO, location: str) -> np.ndarray | None:

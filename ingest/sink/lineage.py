@@ -77,6 +77,7 @@ def keep_row_ids(
         copies = list(pool.map(copy, jobs.values()))  # file I/O releases the GIL
     for j, copied in zip(jobs, copies):
         files[j] = (copied, files[j][1])
+        reader.remember_stored(copied.file_path, jobs[j][1])  # the next update reads it
     return replace(parsed, files=files)
 
 

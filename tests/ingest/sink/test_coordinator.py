@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from calving.commit import index as pk
+from calving.commit.table import row_ids
 from calving.commit.table.table import Table
 from tests.support.cdc_history import (
     History,
@@ -68,3 +71,33 @@ def test_a_keyed_commit_times_its_phases() -> None:
             assert all(v >= 0 for v in phases.values()) and sum(phases.values()) <= elapsed
         assert set(stats[1].phases) == {"lookup", "lineage", "commit", "finish"}
         assert {"commit", "finish"} <= set(stats[0].phases)
+
+
+def test_an_update_of_a_row_the_coordinator_stored_ids_for_reads_no_file(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The file a batch's updates were copied into stores ids the coordinator just wrote:
+    it keeps them, so the next update of those rows reads none of that file back (hot
+    keys are updated batch after batch). Inherited ids need no read either; lineage
+    stays what the spec's reference derivation says."""
+    reads: list[str] = []  # files whose stored ids were read
+    real = row_ids.read_stored_row_ids
+
+    def counting(io: object, location: str) -> object:
+        reads.append(location)
+        return real(io, location)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(row_ids, "read_stored_row_ids", counting)
+    with sqlite_catalog() as catalog:
+        h = History(catalog, partitioned=False, model=Model(updates_keep_identity=True))
+        book = IdentityBook()
+        h.run(
+            Step("batch", (("u", 0), ("u", 1), ("u", 2))), after=lambda hh: check_lineage(hh, book)
+        )
+        for _ in range(3):  # each batch updates rows the previous one stored ids for
+            h.run(Step("batch", (("u", 0), ("u", 1))), after=lambda hh: check_lineage(hh, book))
+        live = _live_paths(h)
+        assert len(live) == 2  # the first batch's file (key 2) and the last copy (keys 0, 1)
+        # Only the first batch's file was read (its footer: it stores no ids; a task's
+        # file is read at most once); neither of the copies before the last one was.
+        assert len(reads) == 1 and reads[0] in live and "rowid" not in reads[0], reads

@@ -150,3 +150,30 @@ def test_the_reader_forgets_files_that_left_the_table(table: Table) -> None:
     got = reader.row_ids(table.metadata, {b.file_path: np.array([0]), c.file_path: np.array([0])})
     assert got[b.file_path].tolist() == [10]
     assert reader.cached_files == {b.file_path, c.file_path}
+
+
+def test_remembered_ids_are_answered_without_the_file_and_count_once(table: Table) -> None:
+    """``remember_stored`` (the coordinator, for a copy it just wrote) is what the reader
+    answers for that file, without opening it; remembering a file again replaces it in
+    the row budget instead of counting it twice."""
+    io, where = table.io, f"{table.metadata.location}/data"
+    copies, ids = [], []
+    for name, keys, stored in (
+        ("a", [1, 2, 3], [UNKNOWN, 70, 71]),
+        ("b", [4, 5, 6], [80, 81, UNKNOWN]),
+    ):
+        task = write_data_file(io, f"{where}/{name}-task.parquet", _rows(keys), SCHEMA)
+        ids.append(np.array(stored, np.int64))
+        copies.append(store_row_ids(io, SCHEMA, task, ids[-1]))
+    table.commit_or_raise(FastAppend(tuple(copies)))
+    a, b = (c.file_path for c in copies)
+    reader = RowIdReader(io, max_cached_rows=6)  # both files, if each counts once
+    reader.remember_stored(a, ids[0])
+    reader.remember_stored(a, ids[0])
+    reader.remember_stored(b, ids[1])
+    for path in (a, b):
+        io.delete(path)  # answered from what was remembered, not from the files
+    got = reader.row_ids(table.metadata, {a: np.array([2, 1, 0]), b: np.array([0, 2])})
+    # a's position 0 and b's position 2 inherit: a's first_row_id 0, b's 3.
+    assert got[a].tolist() == [71, 70, 0] and got[b].tolist() == [80, 5]
+    assert reader.cached_files == {a, b}

@@ -89,6 +89,8 @@ class Staged:
     location: str
     payload: bytes
     files: tuple[str, ...]
+    #: The parent's data files the staged snapshot drops.
+    removed_data_files: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -177,10 +179,12 @@ class Attempt:
 
     def write(self, base: Base, plan: SnapshotChanges | MetadataUpdates) -> Staged:
         updates: Sequence[TableUpdate]
+        removed: frozenset[str] = frozenset()
         if isinstance(plan, SnapshotChanges):
             producer = SnapshotProducer(self.io, base.metadata, self.snapshot_id)
             self.files = producer.written
-            updates = producer.produce(plan).updates
+            produced = producer.produce(plan)
+            updates, removed = produced.updates, produced.removed_data_files
         else:
             updates = plan.updates
         metadata = apply_updates(
@@ -188,7 +192,7 @@ class Attempt:
         )
         payload = serialize_metadata(metadata)
         location = self.catalog.new_metadata_location(self.ident, base.location, metadata)
-        return Staged(base, metadata, location, payload, tuple(self.files))
+        return Staged(base, metadata, location, payload, tuple(self.files), removed)
 
     def swap(self, staged: Staged) -> Staged:
         """The catalog's check-and-put; returns ``staged`` with the location the
@@ -214,6 +218,7 @@ class Attempt:
             self.own_snapshot_id,
             self.tries,
             losses_yielded=self.losses_yielded,
+            removed_data_files=staged.removed_data_files,
         )
 
     # ------------------------------------------------------------ after a failed try

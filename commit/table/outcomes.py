@@ -18,6 +18,9 @@ class Committed:
     #: Swaps lost to maintenance (commits that add no data), retried without counting
     #: against ``commit.retry.num-retries`` (included in ``attempts``).
     losses_yielded: int = 0
+    #: The parent's data files the committed snapshot dropped (removed, or emptied by
+    #: its deletes); None when not known (a try found landed on a refresh).
+    removed_data_files: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,9 @@ class ProducedSnapshot:
     snapshot: Snapshot
     updates: tuple[TableUpdate, ...]
     written_files: list[str]
+    #: Live data files of the parent this snapshot drops (removed, or emptied by its
+    #: deletes).
+    removed_data_files: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,9 @@ class SnapshotProducer:
         row_ids = self.assign_row_ids(new_manifests + carried)
         manifest_list = self.write_manifest_list(row_ids)
         snapshot = self.build_snapshot(manifest_list, row_ids, changes, counters)
-        return ProducedSnapshot(snapshot, snapshot_updates(snapshot, changes), self.written)
+        return ProducedSnapshot(
+            snapshot, snapshot_updates(snapshot, changes), self.written, deletes.removed_data
+        )
 
     def plan_deletes(self, changes: SnapshotChanges, counters: SummaryCounters) -> DeletePlan:
         live = None

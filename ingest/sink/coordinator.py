@@ -197,10 +197,13 @@ def advance_index(
     deletes: Mapping[str, BitMap64],
     metadata: TableMetadata,
     rebuilt: pk.PrimaryKeyIndex | None,
+    removed: frozenset[str] | None = None,
 ) -> IndexState:
     """The index after our commit (``metadata``): applied in memory when the commit sits
     right on the index's snapshot; otherwise (other writers committed in between, or a
-    rebase rebuilt it) caught up from the table."""
+    rebase rebuilt it) caught up from the table. ``removed``: the data files the commit
+    dropped, all of whose rows it deleted (the plan decided on the merged deletion
+    vectors; ``Committed.removed_data_files``), None if not known."""
     index = rebuilt or state.index
     assert index is not None
     snapshot = metadata.current_snapshot
@@ -209,14 +212,17 @@ def advance_index(
         rebuilt is not None
         or snapshot is None
         or snapshot.parent_snapshot_id != index.snapshot_id
-        or _removed_files(snapshot.summary)
+        or not _knows_removed(snapshot.summary, removed, index)
     ):
         # Caught up from the table: others committed in between, a rebase rebuilt the
-        # index, or the commit removed files all of whose rows it deleted (which ones
-        # the table knows: the plan decided on the merged deletion vectors).
+        # index, or the files the commit removed are not known.
         return IndexState(pk.catch_up(io, index, metadata), unsaved)
+    assert removed is not None
     for path, positions in deletes.items():
-        index.delete_positions(path, positions)
+        if path not in removed:
+            index.delete_positions(path, positions)
+    for path in removed:
+        index.remove_file(path)
     for f, keys in parsed.files:
         if keys is not None:
             index.add_file(f.file_path, keys, row_count=f.record_count)
@@ -224,11 +230,18 @@ def advance_index(
     return IndexState(index, unsaved)
 
 
-def _removed_files(summary: Mapping[str, str]) -> int:
+def _knows_removed(
+    summary: Mapping[str, str], removed: frozenset[str] | None, index: pk.PrimaryKeyIndex
+) -> bool:
+    """Whether ``removed`` is exactly the indexed files the snapshot removed: as many as
+    its summary counts, each of them indexed."""
     try:
-        return int(summary.get("removed-data-files", "0"))
+        count = int(summary.get("removed-data-files", "0"))
     except ValueError:
-        return 1  # unreadable: assume some, the catch-up finds out
+        return False  # unreadable: the catch-up finds out
+    if removed is None:
+        return count == 0
+    return len(removed) == count and all(index.has_file(p) for p in removed)
 
 
 def save_index(table: Table, state: IndexState) -> tuple[IndexState, str | None]:
@@ -385,6 +398,7 @@ class Coordinator:
                     prepared.deletes,
                     outcome.metadata,
                     prepared.rebase.rebuilt,
+                    outcome.removed_data_files,
                 )
                 self.index_state = state
                 if state.unsaved_commits >= self.index_save_every:

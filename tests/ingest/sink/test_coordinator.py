@@ -26,7 +26,19 @@ def _live_paths(h: History) -> set[str]:
     return set(Table.load(h.table.catalog, h.table.ident).live_files().data)
 
 
-def test_files_a_batch_empties_leave_the_index_with_the_table() -> None:
+def test_files_a_batch_empties_leave_the_index_with_the_table(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit says which files it removed (``Committed.removed_data_files``), so the
+    index drops them in memory: no catch-up from the table's manifests and files."""
+    catch_ups: list[int] = []
+    real_catch_up = pk.catch_up
+
+    def counting(*args: object, **kwargs: object) -> object:
+        catch_ups.append(1)
+        return real_catch_up(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pk, "catch_up", counting)
     with sqlite_catalog() as catalog:
         h = History(catalog, partitioned=False, model=Model(updates_keep_identity=True))
         book = IdentityBook()
@@ -42,6 +54,7 @@ def test_files_a_batch_empties_leave_the_index_with_the_table() -> None:
             h.run(step, after=lambda hh: check_lineage(hh, book))
             removed.append(before - _live_paths(h))
         assert [len(r) for r in removed] == [0, 0, 2, 0]  # the third batch empties A and B
+        assert catch_ups == []
 
         index = h.coordinator.index
         assert index is not None

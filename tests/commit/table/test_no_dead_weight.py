@@ -64,6 +64,7 @@ def test_a_file_whose_rows_are_all_deleted_is_removed(any_catalog):
         RowDelta(deletes={a.file_path: BitMap64(range(6)), b.file_path: BitMap64([0, 2])})
     )
     assert isinstance(out, Committed)
+    assert out.removed_data_files == {a.file_path}  # the outcome says which file went
     live = table.live_files()
     assert a.file_path not in live.data and a.file_path not in live.dvs
     assert set(live.dvs) == {b.file_path}
@@ -73,9 +74,10 @@ def test_a_file_whose_rows_are_all_deleted_is_removed(any_catalog):
     assert summary["added-dvs"] == "1"
 
     # C's first deletes make a DV; its last rows then remove C and that DV together.
-    assert isinstance(table.commit(RowDelta(deletes={c.file_path: BitMap64([1, 3])})), Committed)
+    first = table.commit(RowDelta(deletes={c.file_path: BitMap64([1, 3])}))
+    assert isinstance(first, Committed) and first.removed_data_files == frozenset()
     out = table.commit(RowDelta(deletes={c.file_path: BitMap64([0, 2, 4, 5])}))
-    assert isinstance(out, Committed)
+    assert isinstance(out, Committed) and out.removed_data_files == {c.file_path}
     live = table.live_files()
     assert c.file_path not in live.data and set(live.dvs) == {b.file_path}
     assert _deleted_entries(table) == {c.file_path}

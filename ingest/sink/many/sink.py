@@ -63,6 +63,7 @@ from calving.ingest.sink.many.follow import follow_schemas
 from calving.ingest.sink.many.index_budget import IndexBudget
 from calving.ingest.sink.many.observer import ManyBatchObserver, TableFigures
 from calving.ingest.sink.many.plan import TASKS_PER_CORE, Planner, pack
+from calving.ingest.sink.many.planned import planned_ranges
 from calving.ingest.sink.many.registry import WriterRegistry
 from calving.ingest.sink.many.route import Discovery, RoutedTable, Routing, ranges_by_topic, route
 from calving.ingest.sink.many.runner import RangeRow, SparkTaskRunner, TaskRunner
@@ -172,7 +173,12 @@ class ManyTablesSink:
     # ------------------------------------------------------------ a batch
 
     def __call__(self, df: Any, batch_id: int) -> None:
-        rows = [(r.topic, int(r.partition), int(r.start), int(r.end)) for r in df.collect()]
+        """One micro-batch of the pipeline's own ``calving.emit = ranges`` query: its
+        ranges as planned (``planned_ranges``), or collected when they cannot be read
+        from the plan."""
+        rows = planned_ranges(df)
+        if rows is None:
+            rows = [(r.topic, int(r.partition), int(r.start), int(r.end)) for r in df.collect()]
         self.write_batch(df.sparkSession, rows, batch_id)
 
     def write_batch(self, spark: Any, rows: Sequence[RangeRow], batch_id: int) -> ManyBatchStats:

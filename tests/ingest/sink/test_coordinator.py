@@ -6,10 +6,13 @@ table and the next batch's lookups find only live rows. Real SQLite catalog."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
+import numpy as np
 import pytest
 
 from calving.commit import index as pk
+from calving.commit.io import FileIO
 from calving.commit.table import row_ids
 from calving.commit.table.table import Table
 from tests.support.cdc_history import (
@@ -34,9 +37,9 @@ def test_files_a_batch_empties_leave_the_index_with_the_table(
     catch_ups: list[int] = []
     real_catch_up = pk.catch_up
 
-    def counting(*args: object, **kwargs: object) -> object:
+    def counting(*args: Any, **kwargs: Any) -> Any:
         catch_ups.append(1)
-        return real_catch_up(*args, **kwargs)  # type: ignore[arg-type]
+        return real_catch_up(*args, **kwargs)
 
     monkeypatch.setattr(pk, "catch_up", counting)
     with sqlite_catalog() as catalog:
@@ -96,9 +99,9 @@ def test_an_update_of_a_row_the_coordinator_stored_ids_for_reads_no_file(
     reads: list[str] = []  # files whose stored ids were read
     real = row_ids.read_stored_row_ids
 
-    def counting(io: object, location: str) -> object:
+    def counting(io: FileIO, location: str) -> np.ndarray | None:
         reads.append(location)
-        return real(io, location)  # type: ignore[arg-type]
+        return real(io, location)
 
     monkeypatch.setattr(row_ids, "read_stored_row_ids", counting)
     with sqlite_catalog() as catalog:

@@ -244,6 +244,21 @@ class ByteKeys:
 Keys = IntKeys | ByteKeys
 
 
+def concat_keys(parts: Sequence[Keys], int_mode: bool) -> Keys:
+    """``parts`` (all ``IntKeys`` when ``int_mode``, else all ``ByteKeys``) as one."""
+    if int_mode:
+        ints = [p for p in parts if isinstance(p, IntKeys)]
+        if len(ints) != len(parts):
+            raise KeyTypeError("byte keys among integer keys")
+        return IntKeys.concat(ints)
+    byte_parts = [p for p in parts if isinstance(p, ByteKeys)]
+    if len(byte_parts) != len(parts):
+        raise KeyTypeError("integer keys among byte keys")
+    if not byte_parts:
+        return ByteKeys(np.zeros(1, np.int64), np.zeros(SLACK, np.uint8))
+    return ByteKeys.concat(byte_parts)
+
+
 # ---------------------------------------------------------------- hashing
 
 
@@ -476,5 +491,6 @@ __all__ = [
     "KeyTypeError",
     "Keys",
     "NullKeyError",
+    "concat_keys",
     "partition_of",
 ]

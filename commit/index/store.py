@@ -38,7 +38,7 @@ import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -147,39 +147,67 @@ def index_file_location(table_location: str, snapshot_id: int | None) -> str:
 
 def save(io: FileIO, index: PrimaryKeyIndex, table_location: str) -> str:
     """Write the index (compacting it) to a new file; returns its location."""
+    keys, file_index, positions, files = index.export_entries()
+    location = index_file_location(table_location, index.snapshot_id)
+    write_entries(io, location, index_header(index, files), keys, file_index, positions)
+    return location
+
+
+def index_header(index: PrimaryKeyIndex, files: Sequence[tuple[str, int]]) -> dict[bytes, str]:
+    """The schema metadata of an index file holding ``index``'s entries over ``files``."""
     if index.table_uuid is None:
         raise IndexUpdateError("the index has no table_uuid; set it before saving")
-    keys, file_index, positions, files = index.export_entries()
-    metadata = {
+    return file_header(
+        index.table_uuid, index.snapshot_id, index.key_field_ids, index.key_types, files
+    )
+
+
+def file_header(
+    table_uuid: str,
+    snapshot_id: int | None,
+    key_field_ids: Sequence[int],
+    key_types: Sequence[PrimitiveType],
+    files: Sequence[tuple[str, int]],
+) -> dict[bytes, str]:
+    """The schema metadata of an index file (``IndexHeader`` parses it)."""
+    return {
         _MD_FORMAT: str(FORMAT_VERSION),
-        _MD_UUID: index.table_uuid,
-        _MD_SNAPSHOT: "" if index.snapshot_id is None else str(index.snapshot_id),
-        _MD_KEY_IDS: json.dumps(list(index.key_field_ids)),
-        _MD_KEY_TYPES: json.dumps([str(t) for t in index.key_types]),
-        _MD_FILES: json.dumps(files),
+        _MD_UUID: table_uuid,
+        _MD_SNAPSHOT: "" if snapshot_id is None else str(snapshot_id),
+        _MD_KEY_IDS: json.dumps(list(key_field_ids)),
+        _MD_KEY_TYPES: json.dumps([str(t) for t in key_types]),
+        _MD_FILES: json.dumps([[p, int(n)] for p, n in files]),
     }
+
+
+def write_entries(
+    io: FileIO,
+    location: str,
+    header: dict[bytes, str],
+    keys: Keys,
+    file_index: np.ndarray,
+    positions: np.ndarray,
+) -> None:
+    """Write entries as a format 2 index file (framing, Arrow IPC payload, CRC-32)."""
     table = pa.table(
         {
             "key": keys.to_arrow(),
             "file": pa.array(file_index, pa.uint32()),
             "position": pa.array(positions, pa.uint32()),
         },
-    ).replace_schema_metadata(metadata)
-    location = index_file_location(table_location, index.snapshot_id)
+    ).replace_schema_metadata(header)
     options = pa.ipc.IpcWriteOptions(compression="zstd")
     try:
         payload = pa.BufferOutputStream()
         with pa.ipc.new_file(payload, table.schema, options=options) as writer:
             writer.write_table(table, max_chunksize=1 << 20)
         body = payload.getvalue()
-        header = _HEADER.pack(_MAGIC, FORMAT_VERSION, body.size)
-        checksum = _CHECKSUM.pack(zlib.crc32(body, zlib.crc32(header)))
+        header_bytes, checksum = frame(_MAGIC, FORMAT_VERSION, body)
         with io.new_output_stream(location) as sink:
-            for part in (header, body, checksum):
+            for part in (header_bytes, body, checksum):
                 sink.write(part)
     except (OSError, pa.ArrowException) as err:
         raise FileIOError(f"{location}: writing the index failed: {err}") from err
-    return location
 
 
 def read_index_table(io: FileIO, location: str) -> pa.Table:
@@ -204,12 +232,25 @@ def read_index_table(io: FileIO, location: str) -> pa.Table:
         ) from None
 
 
+def frame(magic: bytes, version: int, body: Any) -> tuple[bytes, bytes]:
+    """(header, trailer) around ``body``: magic, version and length, then the CRC-32 of
+    header and body (``unframe`` checks them)."""
+    header = _HEADER.pack(magic, version, len(body) if isinstance(body, bytes) else body.size)
+    return header, _CHECKSUM.pack(zlib.crc32(body, zlib.crc32(header)))
+
+
 def _verified_payload(location: str, data: bytes) -> memoryview:
     """The payload of a format 2 file, or ``UnreadableIndexError`` saying why not."""
     if data.startswith(_ARROW_MAGIC):
         raise UnreadableIndexError(
             location, "index format 1 (no checksum), written by an older calving"
         )
+    return unframe(location, data, _MAGIC, FORMAT_VERSION)
+
+
+def unframe(location: str, data: bytes, magic_wanted: bytes, version_wanted: int) -> memoryview:
+    """The body between ``frame``'s header and trailer, once the checksum, magic,
+    version and length are verified; ``UnreadableIndexError`` saying why not."""
     framing = _HEADER.size + _CHECKSUM.size
     if len(data) < framing:
         raise UnreadableIndexError(location, f"truncated: {len(data)} bytes")
@@ -221,9 +262,9 @@ def _verified_payload(location: str, data: bytes) -> memoryview:
             location, f"checksum mismatch (stored {stored:08x}, computed {computed:08x})"
         )
     magic, version, length = _HEADER.unpack_from(view)
-    if magic != _MAGIC:
+    if magic != magic_wanted:
         raise UnreadableIndexError(location, f"not a calving index file (magic {magic!r})")
-    if version != FORMAT_VERSION:
+    if version != version_wanted:
         raise UnreadableIndexError(location, f"unknown index format {version}")
     if length != len(data) - framing:
         raise UnreadableIndexError(
@@ -253,7 +294,7 @@ def load(
     ``PrimaryKeyIndex``.
     """
     table = read_index_table(io, location)
-    header = _IndexHeader.parse(location, table.schema.metadata or {})
+    header = IndexHeader.parse(location, table.schema.metadata or {})
     if header.table_uuid != metadata.table_uuid:
         raise IndexMismatchError(
             f"{location}: index of table {header.table_uuid}, not {metadata.table_uuid}"
@@ -286,7 +327,7 @@ def load(
 
 
 @dataclass(frozen=True)
-class _IndexHeader:
+class IndexHeader:
     """The schema metadata of an index file's Arrow payload."""
 
     table_uuid: str
@@ -296,7 +337,7 @@ class _IndexHeader:
     files: list[tuple[str, int]]
 
     @classmethod
-    def parse(cls, location: str, md: dict[bytes, bytes]) -> _IndexHeader:
+    def parse(cls, location: str, md: dict[bytes, bytes]) -> IndexHeader:
         if md.get(_MD_FORMAT) != str(FORMAT_VERSION).encode():
             raise UnreadableIndexError(
                 location, f"unknown index format {md.get(_MD_FORMAT)!r} in the payload"
@@ -324,6 +365,19 @@ def _from_table(
     files: list[tuple[str, int]],
     **options: Any,
 ) -> PrimaryKeyIndex:
+    keys, file_index, positions = read_entries(location, table)
+    try:
+        return PrimaryKeyIndex.from_entries(
+            ids, types, keys, file_index, positions, files, **options
+        )
+    except IndexUpdateError as err:
+        raise UnreadableIndexError(
+            location, f"index entries are malformed: {_one_line(err)}"
+        ) from None
+
+
+def read_entries(location: str, table: pa.Table) -> tuple[Keys, np.ndarray, np.ndarray]:
+    """(keys, file indexes, positions) of an index file's Arrow table."""
     try:
         key_col = table.column("key").combine_chunks()
         keys: Keys
@@ -333,13 +387,13 @@ def _from_table(
             keys = ByteKeys.from_arrow(key_col)
         file_index = table.column("file").to_numpy().astype(np.uint32)
         positions = table.column("position").to_numpy().astype(np.uint32)
-        return PrimaryKeyIndex.from_entries(
-            ids, types, keys, file_index, positions, files, **options
-        )
-    except (KeyError, ValueError, TypeError, OSError, pa.ArrowException, IndexUpdateError) as err:
+    except (KeyError, ValueError, TypeError, OSError, pa.ArrowException) as err:
         raise UnreadableIndexError(
             location, f"index entries are malformed: {_one_line(err)}"
         ) from None
+    if not len(keys) == len(file_index) == len(positions):
+        raise UnreadableIndexError(location, "index entry columns differ in length")
+    return keys, file_index, positions
 
 
 def load_current(
@@ -369,11 +423,26 @@ def count_full_rebuild() -> None:
     _RebuildCounter.count += 1
 
 
+class Rebuild(Protocol):
+    """Builds the index of ``metadata``'s current snapshot from its data files
+    (``build_from_table``, or the executors' rebuild of ``ingest.sink.index_rebuild``)."""
+
+    def __call__(
+        self, io: FileIO, metadata: TableMetadata, key_field_ids: Sequence[int] | None
+    ) -> PrimaryKeyIndex: ...
+
+
 def open_index(
-    io: FileIO, metadata: TableMetadata, key_field_ids: Sequence[int] | None = None, **options: Any
+    io: FileIO,
+    metadata: TableMetadata,
+    key_field_ids: Sequence[int] | None = None,
+    *,
+    rebuild: Rebuild | None = None,
+    **options: Any,
 ) -> PrimaryKeyIndex:
     """An index at the table's current snapshot, the cheapest way: the recorded file,
-    caught up if stale, rebuilt from the data files if missing, corrupt or mismatched."""
+    caught up if stale, rebuilt from the data files if missing, corrupt or mismatched
+    (with ``rebuild`` when given and there are snapshots, else ``build_from_table``)."""
     try:
         index = load_current(io, metadata, key_field_ids, **options)
     except StaleIndexError as stale:
@@ -384,6 +453,8 @@ def open_index(
     if index is None:
         if metadata.current_snapshot_id is not None:
             count_full_rebuild()
+            if rebuild is not None:
+                return rebuild(io, metadata, key_field_ids)
         index = build_from_table(io, metadata, key_field_ids, **options)
     return index
 
@@ -411,7 +482,9 @@ def mismatch_with_table(io: FileIO, index: PrimaryKeyIndex, metadata: TableMetad
 
 
 @dataclass(frozen=True)
-class _FileKeys:
+class FileKeys:
+    """The live rows' key columns of one data file and their positions."""
+
     path: str
     keys: pa.Table
     positions: np.ndarray
@@ -542,21 +615,32 @@ def _read_live_keys(
     paths: Sequence[str],
     key_field_ids: Sequence[int],
     max_workers: int,
-) -> list[_FileKeys]:
-    def one(path: str) -> _FileKeys:
-        data_file = live.data[path].data_file
-        keys = read_key_columns(io, data_file, key_field_ids)
-        deleted = _bitmap_positions(live.positions_deleted(io, path))
-        positions = np.arange(keys.num_rows, dtype=np.int64)
-        if len(deleted):
-            positions = np.setdiff1d(positions, deleted, assume_unique=True)
-            keys = keys.take(pa.array(positions))
-        return _FileKeys(path, keys, positions, data_file.record_count)
+) -> list[FileKeys]:
+    def one(path: str) -> FileKeys:
+        dv = live.dvs.get(path)
+        return live_keys(
+            io, live.data[path].data_file, None if dv is None else dv.data_file, key_field_ids
+        )
 
     if len(paths) <= 1 or max_workers <= 1:
         return [one(p) for p in paths]
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
         return list(pool.map(one, paths))
+
+
+def live_keys(
+    io: FileIO, data_file: DataFile, dv: DataFile | None, key_field_ids: Sequence[int]
+) -> FileKeys:
+    """The key columns of ``data_file``'s rows that ``dv`` (its deletion vector, if
+    any) leaves live, with their positions."""
+    keys = read_key_columns(io, data_file, key_field_ids)
+    positions = np.arange(keys.num_rows, dtype=np.int64)
+    if dv is not None:
+        deleted = _bitmap_positions(scan.read_dv(io, dv))
+        if len(deleted):
+            positions = np.setdiff1d(positions, deleted, assume_unique=True)
+            keys = keys.take(pa.array(positions))
+    return FileKeys(data_file.file_path, keys, positions, data_file.record_count)
 
 
 def read_key_columns(io: FileIO, data_file: DataFile, key_field_ids: Sequence[int]) -> pa.Table:

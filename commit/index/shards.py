@@ -1,0 +1,396 @@
+"""The primary-key index split into shards by key hash, and the manifest naming them.
+
+A *shard* holds the entries (key -> data file, position) of the keys whose hash falls in
+it: ``shard_of(hashes, S)`` is the index's own 64-bit key hash mixed once more
+(MurmurHash3's finalizer) modulo the shard count ``S``, a power of two. It depends on the
+key alone (not on Kafka partitions, converters or the tool that wrote the row), and it is
+named in every file (``calving-key-hash-v1``) so that a reader that does not know the
+function refuses the files instead of looking in the wrong shard.
+
+Files, under ``<table location>/metadata/calving-index/shards/``:
+
+* a shard: ``<snapshot-id>-s<shard>-<uuid>.calvidx``, an index file of ``store``'s format
+  2 (header, Arrow IPC payload, CRC-32), entries in hash order, its file table holding
+  only the files with entries in the shard; its schema metadata adds the shard number,
+  ``S`` and the shard function;
+* the manifest: ``<snapshot-id>-<uuid>.calvshards``, framed like an index file (magic
+  ``CALVSHM\\0``, version, length, CRC-32) around JSON: the table, snapshot, key, ``S``,
+  the shard function, the snapshot's live data files with their row counts (the global
+  file table) and each shard's file and entry count.
+
+``load_sharded`` reads a manifest's shards and merges them into one ``PrimaryKeyIndex``
+(the driver-resident index), checking every shard against the manifest: the checksum,
+the table, snapshot, shard number, ``S``, function and entry count. Any disagreement is
+``UnreadableIndexError`` naming the shard's file, which the caller answers with a
+rebuild. ``split_index`` writes a driver index as shards (the switch to sharded mode, and
+the reference the executors' rebuild is tested against).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from calving.commit.errors import CalvingError, ConfigError, FileIOError
+from calving.commit.index.keys import (
+    DEFAULT_HASHER,
+    KeyCodec,
+    KeyHasher,
+    Keys,
+    KeyTypeError,
+    concat_keys,
+    partition_of,
+)
+from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.index.store import (
+    IndexHeader,
+    IndexMismatchError,
+    UnreadableIndexError,
+    file_header,
+    frame,
+    key_spec,
+    mismatch_with_table,
+    read_entries,
+    read_index_table,
+    unframe,
+    write_entries,
+)
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.types import PrimitiveType, primitive_from_string
+
+SHARD_FUNCTION = "calving-key-hash-v1"
+SHARDS_DIRECTORY = "metadata/calving-index/shards"
+MAX_SHARDS = 1 << 16
+MANIFEST_FORMAT = 1
+_MANIFEST_MAGIC = b"CALVSHM\0"
+_MD_SHARD = b"calving.index.shard"
+_MD_SHARDS = b"calving.index.shards"
+_MD_FUNCTION = b"calving.index.shard-function"
+
+
+class ShardCountError(ConfigError):
+    """A shard count that is not a power of two between 1 and ``MAX_SHARDS``."""
+
+
+def check_shard_count(shards: int, key: str = "shards") -> int:
+    """``shards`` if it is a valid shard count, else ``ShardCountError`` naming ``key``."""
+    if isinstance(shards, bool) or not isinstance(shards, int):
+        raise ShardCountError(f"{key}: must be an integer, got {shards!r}")
+    if not 1 <= shards <= MAX_SHARDS or shards & (shards - 1):
+        raise ShardCountError(f"{key}: must be a power of two from 1 to {MAX_SHARDS}, got {shards}")
+    return shards
+
+
+def shard_of(hashes: np.ndarray, shards: int) -> np.ndarray:
+    """The shard (int64) of each key hash, for ``shards`` shards."""
+    return partition_of(hashes, check_shard_count(shards))
+
+
+def shard_file_location(table_location: str, snapshot_id: int | None, shard: int) -> str:
+    snap = "none" if snapshot_id is None else str(snapshot_id)
+    name = f"{snap}-s{shard}-{uuid.uuid4()}.calvidx"
+    return f"{table_location.rstrip('/')}/{SHARDS_DIRECTORY}/{name}"
+
+
+def manifest_file_location(table_location: str, snapshot_id: int | None) -> str:
+    snap = "none" if snapshot_id is None else str(snapshot_id)
+    return f"{table_location.rstrip('/')}/{SHARDS_DIRECTORY}/{snap}-{uuid.uuid4()}.calvshards"
+
+
+# ---------------------------------------------------------------- the manifest
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One shard's file and the entries it holds."""
+
+    shard: int
+    location: str
+    entries: int
+
+
+@dataclass(frozen=True)
+class ShardManifest:
+    """What one snapshot's sharded index is made of."""
+
+    table_uuid: str
+    snapshot_id: int | None
+    key_field_ids: tuple[int, ...]
+    key_types: tuple[PrimitiveType, ...]
+    shard_count: int
+    files: tuple[tuple[str, int], ...]  # the snapshot's live data files, row counts
+    shards: tuple[ShardFile, ...]  # one per shard, in shard order
+    shard_function: str = SHARD_FUNCTION
+
+    @property
+    def entries(self) -> int:
+        return sum(s.entries for s in self.shards)
+
+    def encode(self) -> bytes:
+        body = json.dumps(
+            {
+                "table-uuid": self.table_uuid,
+                "snapshot-id": self.snapshot_id,
+                "key-field-ids": list(self.key_field_ids),
+                "key-types": [str(t) for t in self.key_types],
+                "shard-count": self.shard_count,
+                "shard-function": self.shard_function,
+                "files": [[p, n] for p, n in self.files],
+                "shards": [[s.shard, s.location, s.entries] for s in self.shards],
+            },
+            separators=(",", ":"),
+        ).encode()
+        header, trailer = frame(_MANIFEST_MAGIC, MANIFEST_FORMAT, body)
+        return header + body + trailer
+
+    @classmethod
+    def decode(cls, location: str, data: bytes) -> ShardManifest:
+        body = unframe(location, data, _MANIFEST_MAGIC, MANIFEST_FORMAT)
+        try:
+            doc = json.loads(bytes(body))
+            snapshot = doc["snapshot-id"]
+            manifest = cls(
+                table_uuid=str(doc["table-uuid"]),
+                snapshot_id=None if snapshot is None else int(snapshot),
+                key_field_ids=tuple(int(i) for i in doc["key-field-ids"]),
+                key_types=tuple(primitive_from_string(t) for t in doc["key-types"]),
+                shard_count=check_shard_count(int(doc["shard-count"]), "shard-count"),
+                files=tuple((str(p), int(n)) for p, n in doc["files"]),
+                shards=tuple(ShardFile(int(s), str(loc), int(n)) for s, loc, n in doc["shards"]),
+                shard_function=str(doc["shard-function"]),
+            )
+        except (KeyError, ValueError, TypeError, CalvingError) as err:
+            raise UnreadableIndexError(location, f"shard manifest is malformed: {err}") from None
+        if [s.shard for s in manifest.shards] != list(range(manifest.shard_count)):
+            raise UnreadableIndexError(
+                location, f"shard manifest does not list shards 0..{manifest.shard_count - 1}"
+            )
+        if manifest.shard_function != SHARD_FUNCTION:
+            raise UnreadableIndexError(
+                location, f"unknown shard function {manifest.shard_function!r}"
+            )
+        return manifest
+
+
+def write_manifest(io: FileIO, manifest: ShardManifest, table_location: str) -> str:
+    """Write ``manifest`` to a new file; returns its location."""
+    location = manifest_file_location(table_location, manifest.snapshot_id)
+    try:
+        with io.new_output_stream(location) as sink:
+            sink.write(manifest.encode())
+    except OSError as err:
+        raise FileIOError(f"{location}: writing the shard manifest failed: {err}") from err
+    return location
+
+
+def read_manifest(io: FileIO, location: str) -> ShardManifest:
+    return ShardManifest.decode(location, io.read(location))
+
+
+# ---------------------------------------------------------------- shard files
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    """What a shard file says it is, beside its entries' file table."""
+
+    table_uuid: str
+    snapshot_id: int | None
+    key_field_ids: tuple[int, ...]
+    key_types: tuple[PrimitiveType, ...]
+    shard: int
+    shard_count: int
+
+
+def write_shard(
+    io: FileIO,
+    table_location: str,
+    header: ShardHeader,
+    keys: Keys,
+    file_index: np.ndarray,
+    positions: np.ndarray,
+    files: Sequence[tuple[str, int]],
+    *,
+    hasher: KeyHasher = DEFAULT_HASHER,
+) -> ShardFile:
+    """Write one shard's entries (``file_index`` into ``files``) in hash order; files
+    without entries are left out of the shard's file table."""
+    hashes = hasher.hash(keys)
+    wrong = shard_of(hashes, header.shard_count) != header.shard
+    if bool(np.any(wrong)):
+        raise ValueError(f"{int(wrong.sum())} entries do not belong in shard {header.shard}")
+    order = np.argsort(hashes, kind="stable")
+    used, local = np.unique(np.asarray(file_index, np.int64)[order], return_inverse=True)
+    md = file_header(
+        header.table_uuid,
+        header.snapshot_id,
+        header.key_field_ids,
+        header.key_types,
+        [files[int(i)] for i in used],
+    )
+    md[_MD_SHARD] = str(header.shard)
+    md[_MD_SHARDS] = str(header.shard_count)
+    md[_MD_FUNCTION] = SHARD_FUNCTION
+    location = shard_file_location(table_location, header.snapshot_id, header.shard)
+    write_entries(
+        io,
+        location,
+        md,
+        keys.take(order),
+        local.astype(np.uint32),
+        np.asarray(positions, np.uint32)[order],
+    )
+    return ShardFile(header.shard, location, len(keys))
+
+
+def read_shard(
+    io: FileIO, manifest: ShardManifest, shard: ShardFile, file_ids: dict[str, int]
+) -> tuple[Keys, np.ndarray, np.ndarray]:
+    """(keys, file indexes into ``manifest.files``, positions) of one shard, once the
+    file is checked against the manifest (``file_ids``: path -> index in it)."""
+    location = shard.location
+    table = read_index_table(io, location)
+    md = table.schema.metadata or {}
+    header = IndexHeader.parse(location, md)
+    said = (md.get(_MD_SHARD), md.get(_MD_SHARDS), md.get(_MD_FUNCTION))
+    wanted = (str(shard.shard).encode(), str(manifest.shard_count).encode())
+    if said != (*wanted, SHARD_FUNCTION.encode()):
+        raise UnreadableIndexError(
+            location,
+            f"shard file says shard {said[0]!r} of {said[1]!r} ({said[2]!r}), the manifest "
+            f"shard {shard.shard} of {manifest.shard_count} ({SHARD_FUNCTION})",
+        )
+    if (header.table_uuid, header.snapshot_id, header.key_field_ids) != (
+        manifest.table_uuid,
+        manifest.snapshot_id,
+        manifest.key_field_ids,
+    ):
+        raise UnreadableIndexError(
+            location,
+            f"shard of table {header.table_uuid} snapshot {header.snapshot_id}, the "
+            f"manifest names table {manifest.table_uuid} snapshot {manifest.snapshot_id}",
+        )
+    keys, local, positions = read_entries(location, table)
+    if len(keys) != shard.entries:
+        raise UnreadableIndexError(
+            location, f"{len(keys)} entries, the manifest says {shard.entries}"
+        )
+    global_ids = np.empty(len(header.files), np.uint32)
+    for i, (path, rows) in enumerate(header.files):
+        at = file_ids.get(path)
+        if at is None or manifest.files[at][1] != rows:
+            raise UnreadableIndexError(
+                location, f"{path}: not a live data file of {rows} rows in the manifest"
+            )
+        global_ids[i] = at
+    if len(local) and int(local.max()) >= len(global_ids):
+        raise UnreadableIndexError(location, "an entry names a file beyond the file table")
+    return keys, global_ids[local], positions
+
+
+# ---------------------------------------------------------------- driver index <-> shards
+
+
+def split_index(
+    io: FileIO, index: PrimaryKeyIndex, table_location: str, shard_count: int
+) -> tuple[str, ShardManifest]:
+    """Write ``index`` as ``shard_count`` shard files and a manifest; returns the
+    manifest's location and the manifest."""
+    if index.table_uuid is None:
+        raise ValueError("the index has no table_uuid; set it before splitting")
+    keys, file_index, positions, files = index.export_entries()
+    shard = shard_of(index.hasher.hash(keys), shard_count)
+    order = np.argsort(shard, kind="stable")
+    bounds = np.searchsorted(shard[order], np.arange(shard_count + 1))
+
+    def one(s: int) -> ShardFile:
+        rows = order[bounds[s] : bounds[s + 1]]
+        header = ShardHeader(
+            index.table_uuid or "",
+            index.snapshot_id,
+            index.key_field_ids,
+            index.key_types,
+            s,
+            shard_count,
+        )
+        return write_shard(
+            io,
+            table_location,
+            header,
+            keys.take(rows),
+            file_index[rows],
+            positions[rows],
+            files,
+            hasher=index.hasher,
+        )
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        shard_files = tuple(pool.map(one, range(shard_count)))
+    manifest = ShardManifest(
+        index.table_uuid,
+        index.snapshot_id,
+        index.key_field_ids,
+        index.key_types,
+        shard_count,
+        tuple(files),
+        shard_files,
+    )
+    return write_manifest(io, manifest, table_location), manifest
+
+
+def load_sharded(
+    io: FileIO,
+    location: str,
+    metadata: TableMetadata,
+    key_field_ids: Sequence[int] | None = None,
+    *,
+    verify_files: bool = True,
+    max_workers: int = 4,
+    **options: Any,
+) -> PrimaryKeyIndex:
+    """The driver index merged from the shards the manifest at ``location`` names,
+    each checked against it, then (``verify_files``) the whole against the table's
+    current snapshot. ``UnreadableIndexError`` names the first file that fails."""
+    manifest = read_manifest(io, location)
+    ids, types = key_spec(metadata, key_field_ids)
+    if (manifest.table_uuid, manifest.key_field_ids) != (metadata.table_uuid, ids):
+        raise IndexMismatchError(
+            f"{location}: shards of table {manifest.table_uuid} key {manifest.key_field_ids}, "
+            f"wanted table {metadata.table_uuid} key {ids}"
+        )
+    if manifest.snapshot_id != metadata.current_snapshot_id:
+        raise IndexMismatchError(
+            f"{location}: shards of snapshot {manifest.snapshot_id}, the table is at "
+            f"{metadata.current_snapshot_id}"
+        )
+    file_ids = {path: i for i, (path, _) in enumerate(manifest.files)}
+    with ThreadPoolExecutor(max_workers=max(1, max_workers)) as pool:
+        parts = list(pool.map(lambda s: read_shard(io, manifest, s, file_ids), manifest.shards))
+    int_mode = KeyCodec(types, ids).int_mode
+    try:
+        keys = concat_keys([k for k, _, _ in parts], int_mode)
+    except KeyTypeError:
+        raise UnreadableIndexError(location, "shards hold keys of another kind") from None
+    index = PrimaryKeyIndex.from_entries(
+        ids,
+        types,
+        keys,
+        np.concatenate([f for _, f, _ in parts]),
+        np.concatenate([p for _, _, p in parts]),
+        manifest.files,
+        table_uuid=manifest.table_uuid,
+        snapshot_id=manifest.snapshot_id,
+        **options,
+    )
+    if verify_files:
+        problem = mismatch_with_table(io, index, metadata)
+        if problem:
+            raise IndexMismatchError(f"{location}: {problem}")
+    return index

@@ -117,6 +117,10 @@ FILE_SKETCHES = PathProperty("calving.statistics.file-sketches")
 STATISTICS_COMPUTED_MS = IntProperty("calving.statistics.computed-ms", 0, 0)
 #: Updates keep their rows' ``_row_id`` (v3 row lineage); false: an update is a new row.
 ROW_LINEAGE_KEEP_ON_UPDATE = BoolProperty("calving.row-lineage.keep-on-update", True)
+#: A full rebuild of a keyed table's driver index runs on the Spark executors (as
+#: shards, merged on the driver) when the snapshot holds at least this many live rows;
+#: 0: always, when a Spark session is at hand.
+INDEX_EXECUTOR_REBUILD_ROWS = IntProperty("calving.index.executor-rebuild-rows", 10_000_000, 0)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
 #: refused until pyarrow can write Parquet VARIANT columns (see the reason).
 DEBEZIUM_JSON_TYPE = ChoiceProperty(
@@ -156,6 +160,7 @@ KNOWN: dict[str, Property] = {
         STATISTICS_COMPUTED_MS,
         DEBEZIUM_JSON_TYPE,
         ROW_LINEAGE_KEEP_ON_UPDATE,
+        INDEX_EXECUTOR_REBUILD_ROWS,
     )
 }
 
@@ -247,6 +252,10 @@ class TableProperties:
     @property
     def row_lineage_keep_on_update(self) -> bool:
         return self._bool(ROW_LINEAGE_KEEP_ON_UPDATE)
+
+    @property
+    def index_executor_rebuild_rows(self) -> int:
+        return self._int(INDEX_EXECUTOR_REBUILD_ROWS)
 
     @property
     def debezium_json_type(self) -> str:

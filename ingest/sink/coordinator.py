@@ -20,6 +20,7 @@ from pyroaring import BitMap64
 
 from calving.commit import index as pk
 from calving.commit.errors import CalvingError
+from calving.commit.index.store import Rebuild
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
@@ -159,10 +160,13 @@ class IndexState:
     unsaved_commits: int = 0
 
 
-def current_index(io: FileIO, state: IndexState, metadata: TableMetadata) -> IndexState:
-    """The index at ``metadata``'s current snapshot: opened, or caught up."""
+def current_index(
+    io: FileIO, state: IndexState, metadata: TableMetadata, rebuild: Rebuild | None = None
+) -> IndexState:
+    """The index at ``metadata``'s current snapshot: opened (a full rebuild by
+    ``rebuild`` when given), or caught up."""
     if state.index is None:
-        return replace(state, index=pk.open_index(io, metadata))
+        return replace(state, index=pk.open_index(io, metadata, rebuild=rebuild))
     if state.index.snapshot_id != metadata.current_snapshot_id:
         return replace(state, index=pk.catch_up(io, state.index, metadata))
     return state
@@ -302,6 +306,9 @@ class Coordinator:
         self.dead_letter_table = dead_letter_table
         self.index_save_every = index_save_every
         self.index_state = IndexState()
+        #: How a full rebuild of the index runs (None: ``build_from_table`` on the
+        #: driver); the Spark sink sets the executors' rebuild.
+        self.rebuild: Rebuild | None = None
         #: The recent batches' stats (the last ``history.KEEP``), for tests and tools.
         self.history: BatchHistory[BatchStats] = BatchHistory()
 
@@ -355,7 +362,7 @@ class Coordinator:
         rebase: Rebase | None = None
         if self.keyed:
             started = time.monotonic()
-            state = current_index(self.table.io, state, self.table.metadata)
+            state = current_index(self.table.io, state, self.table.metadata, self.rebuild)
             assert state.index is not None
             keys = _touched_keys(parsed)
             if keys is not None:

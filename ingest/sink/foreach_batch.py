@@ -37,6 +37,7 @@ from calving.ingest.sink.executor import (
     keyed_stage_schema,
 )
 from calving.ingest.sink.fused import fused_append, fused_keyed, read_and_decode_for_keyed
+from calving.ingest.sink.index_rebuild import ExecutorRebuild
 from calving.ingest.sink.messages import Coordinates
 from calving.ingest.sink.spark_types import spark_schema
 
@@ -168,6 +169,8 @@ class CalvingSink:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
+        if self.coordinator.rebuild is None:  # a lost index is rebuilt by the executors
+            self.coordinator.rebuild = ExecutorRebuild(df.sparkSession, self.table.io.properties)
         parsed = self._parse_batch(df, batch_id)
         commit_started = time.monotonic()
         try:

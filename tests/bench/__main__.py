@@ -44,6 +44,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "rest_catalog": _lazy("tests.bench.rest_catalog"),
     "decode_debezium": _lazy("tests.bench.decode_debezium"),
     "index": _lazy("tests.bench.index_bench"),
+    "index_rebuild": _lazy("tests.bench.index_rebuild"),
     "maintenance": _lazy("tests.bench.maintenance"),
     "maintenance_pass": _lazy("tests.bench.maintenance_pass"),
     "throughput": _lazy("tests.bench.throughput"),

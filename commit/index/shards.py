@@ -226,8 +226,12 @@ def write_shard(
     wrong = shard_of(hashes, header.shard_count) != header.shard
     if bool(np.any(wrong)):
         raise ValueError(f"{int(wrong.sum())} entries do not belong in shard {header.shard}")
-    order = np.argsort(hashes, kind="stable")
-    used, local = np.unique(np.asarray(file_index, np.int64)[order], return_inverse=True)
+    order = np.argsort(hashes)  # the order among equal hashes does not matter
+    file_index = np.asarray(file_index, np.int64)[order]
+    present = np.zeros(len(files), bool)
+    present[file_index] = True
+    used = np.flatnonzero(present)
+    local = (np.cumsum(present) - 1)[file_index]
     md = file_header(
         header.table_uuid,
         header.snapshot_id,
@@ -306,7 +310,7 @@ def split_index(
     if index.table_uuid is None:
         raise ValueError("the index has no table_uuid; set it before splitting")
     keys, file_index, positions, files = index.export_entries()
-    shard = shard_of(index.hasher.hash(keys), shard_count)
+    shard = shard_of(index.hasher.hash(keys), shard_count).astype(np.uint16)  # radix sort
     order = np.argsort(shard, kind="stable")
     bounds = np.searchsorted(shard[order], np.arange(shard_count + 1))
 

@@ -516,18 +516,25 @@ def build_from_table(
 
 
 def catch_up(
-    io: FileIO, index: PrimaryKeyIndex, metadata: TableMetadata, *, max_workers: int = 4
+    io: FileIO,
+    index: PrimaryKeyIndex,
+    metadata: TableMetadata,
+    *,
+    max_workers: int = 4,
+    rebuild: Rebuild | None = None,
 ) -> PrimaryKeyIndex:
     """Bring ``index`` (in place) to the current snapshot by applying only what changed
     between its snapshot and the current one: removed files, added files with their
-    DVs, and positions newly deleted. Falls back to a full rebuild (a new index) when
-    the index's snapshot is gone from history, belongs to another table or key, or its
-    files do not match that snapshot."""
+    DVs, and positions newly deleted. Falls back to a full rebuild (a new index, by
+    ``rebuild`` when given) when the index's snapshot is gone from history, belongs to
+    another table or key, or its files do not match that snapshot."""
     target = metadata.current_snapshot_id
     why, old = _incremental_base(io, index, metadata)
     if why:
         log.info("primary-key index: full rebuild (%s)", why)
         count_full_rebuild()
+        if rebuild is not None:
+            return rebuild(io, metadata, index.key_field_ids)
         return build_from_table(
             io,
             metadata,

@@ -168,7 +168,7 @@ def current_index(
     if state.index is None:
         return replace(state, index=pk.open_index(io, metadata, rebuild=rebuild))
     if state.index.snapshot_id != metadata.current_snapshot_id:
-        return replace(state, index=pk.catch_up(io, state.index, metadata))
+        return replace(state, index=pk.catch_up(io, state.index, metadata, rebuild=rebuild))
     return state
 
 
@@ -202,6 +202,7 @@ def advance_index(
     metadata: TableMetadata,
     rebuilt: pk.PrimaryKeyIndex | None,
     removed: frozenset[str] | None = None,
+    rebuild: Rebuild | None = None,
 ) -> IndexState:
     """The index after our commit (``metadata``): applied in memory when the commit sits
     right on the index's snapshot; otherwise (other writers committed in between, or a
@@ -220,7 +221,7 @@ def advance_index(
     ):
         # Caught up from the table: others committed in between, a rebase rebuilt the
         # index, or the files the commit removed are not known.
-        return IndexState(pk.catch_up(io, index, metadata), unsaved)
+        return IndexState(pk.catch_up(io, index, metadata, rebuild=rebuild), unsaved)
     assert removed is not None
     for path, positions in deletes.items():
         if path not in removed:
@@ -406,6 +407,7 @@ class Coordinator:
                     outcome.metadata,
                     prepared.rebase.rebuilt,
                     outcome.removed_data_files,
+                    self.rebuild,
                 )
                 self.index_state = state
                 if state.unsaved_commits >= self.index_save_every:

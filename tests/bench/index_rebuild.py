@@ -49,9 +49,9 @@ from calving.commit.table.table import Table, create_table
 from calving.ingest.write.parquet_writer import write_data_file
 from tests.bench.figures import Figure, at_least
 
-QUICK_KEYS = 2_000_000
-FULL_KEYS = 20_000_000
-ROWS_PER_FILE = 250_000
+QUICK_KEYS = 10_000_000
+FULL_KEYS = 50_000_000
+ROWS_PER_FILE = 1_000_000
 SHARDS = 32
 GOAL_SCALING = 1.7
 SCHEMA = Schema(

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from calving.commit.catalog.base import Catalog
+from calving.commit.index.store import Rebuild
 from calving.commit.io import FileIO
 from calving.commit.table.table import Table
 from calving.ingest.config.format import FormatConfig
@@ -74,6 +75,8 @@ class Discovery:
     source_options: KafkaSourceOptions
     writer_id: str
     index_save_every: int
+    #: The coordinators' full index rebuild (None: on the driver).
+    rebuild: Rebuild | None = None
 
 
 def ranges_by_topic(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:
@@ -128,4 +131,5 @@ def _outcome(
 def _open(outcome: Route, event: FirstEvent, d: Discovery) -> RoutedTable:
     table = open_routed_table(d.catalog, d.io, outcome, event, d.template, d.format)
     coordinator = Coordinator(table, d.writer_id, index_save_every=d.index_save_every)
+    coordinator.rebuild = d.rebuild
     return RoutedTable(table, coordinator)

@@ -48,6 +48,7 @@ from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.coordinator import ParsedMessages
 from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES
 from calving.ingest.sink.history import BatchHistory
+from calving.ingest.sink.index_rebuild import ExecutorRebuild
 from calving.ingest.sink.many import start
 from calving.ingest.sink.many.boundaries import Boundaries
 from calving.ingest.sink.many.commit import (
@@ -128,6 +129,7 @@ class ManyTablesSink:
         self.metrics = metrics
         #: Topics routed so far, their tables and data collections (the route stage's).
         self.routing = Routing()
+        self._rebuild: ExecutorRebuild | None = None
         #: The primary-key indexes the driver keeps between batches (``index_budget``).
         self.index_budget = IndexBudget(index_memory_bytes)
         #: Which tables hold this writer's ledger, kept in the catalog (``registry``).
@@ -182,7 +184,12 @@ class ManyTablesSink:
         self.write_batch(df.sparkSession, rows, batch_id)
 
     def write_batch(self, spark: Any, rows: Sequence[RangeRow], batch_id: int) -> ManyBatchStats:
-        """One batch, its tasks as one Spark job on ``spark``."""
+        """One batch, its tasks as one Spark job on ``spark``; a lost index of a large
+        table is rebuilt by Spark tasks too (``ExecutorRebuild``)."""
+        if self._rebuild is None:
+            self._rebuild = ExecutorRebuild(spark, self.io.properties)
+            for routed in self.routing.tables.values():
+                routed.coordinator.rebuild = self._rebuild
         return self.run_batch(SparkTaskRunner(spark), rows, batch_id)
 
     def run_batch(
@@ -321,6 +328,7 @@ class ManyTablesSink:
             self.source_options,
             self.writer_id,
             self.index_save_every,
+            self._rebuild,
         )
 
     def _writes(self, runner: TaskRunner, batch_id: int) -> Writes:

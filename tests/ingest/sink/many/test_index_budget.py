@@ -13,8 +13,12 @@ from typing import Any
 
 import pytest
 
+from calving.commit.index.store import INDEX_LOCATION_PROPERTY
+from calving.commit.spec.properties import INDEX_EXECUTOR_REBUILD_ROWS
+from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.ingest.demo.database import ShopWorkload, SourceDatabase, shop_tables
 from calving.ingest.pipeline import build_many_sink
+from calving.ingest.sink.index_rebuild import executor_rebuilds
 from calving.ingest.sink.many.index_budget import IndexBudget
 from calving.ingest.sink.many.runner import InProcessRunner
 from tests.ingest.conftest import unique_name
@@ -95,3 +99,43 @@ def test_updates_land_exactly_when_every_index_is_dropped_after_every_batch(
         for reader in (pyiceberg_rows, duckdb_rows):
             assert reader(table.metadata_location, columns) == db.expected(short), (name, reader)
     assert deleted > 0, "the workload updated and deleted rows through reopened indexes"
+
+
+@pytest.mark.integration
+def test_a_reopened_index_that_is_lost_is_rebuilt_by_spark_tasks(
+    broker: Any, spark: Any, tmp_path: Path
+) -> None:
+    """Many tables on a real Spark: every index is dropped after each batch, then the
+    files they were saved to are deleted; with ``calving.index.executor-rebuild-rows``
+    at 0 the next batches rebuild them with Spark jobs, and the readers equal the
+    source."""
+    db = SourceDatabase(prefix=unique_name("db"))
+    for t in shop_tables(partitions=2):
+        db.add_table(t)
+    work = ShopWorkload(db, seed=23)
+    create_topics(broker, db)
+    config = many_config(
+        db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "wh"
+    )
+    sink = build_many_sink(config)
+    sink.index_budget.limit_bytes = 1  # every index dropped (saved) after each batch
+    before: dict[str, dict[int, int]] = {}
+    rebuilt_before = executor_rebuilds()
+    for batch in range(3):
+        for _ in work.steps(60):
+            pass
+        ends = produce_pending(broker.bootstrap_servers, db)
+        stats = sink.write_batch(spark, _rows(ends, before, db.transaction_topic), batch)
+        before = ends
+        assert stats.committed, batch
+        for routed in sink.tables.values():  # lose every saved index
+            table = routed.table.refresh()
+            table.commit_or_raise(UpdateProperties({INDEX_EXECUTOR_REBUILD_ROWS.name: "0"}))
+            table.io.delete(table.metadata.properties[INDEX_LOCATION_PROPERTY])
+    assert executor_rebuilds() - rebuilt_before >= len(db.tables)
+    for name, routed in sink.tables.items():
+        table = routed.table.refresh()
+        short = name.split(".")[1]
+        columns = db.tables[short].column_names
+        for reader in (pyiceberg_rows, duckdb_rows):
+            assert reader(table.metadata_location, columns) == db.expected(short), (name, reader)

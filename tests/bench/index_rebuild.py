@@ -9,8 +9,9 @@ rebuilt three ways, each measured in the same run:
 * ``cluster x1`` and ``cluster x2``: ``ingest.sink.index_rebuild.rebuild_sharded`` on a
   standalone cluster from ``deploy/standalone/`` (master + 1 or 2 workers of one core
   each, on 127.0.0.1), the driver in client mode, in a child process per set-up. Each
-  child warms its Python workers with a small job, then times ``--repeat`` rebuilds
-  (median), and once merges the shards into a driver index (``load_sharded``).
+  child warms its Python workers and its executors' shuffle with two small jobs, then
+  times ``--repeat`` rebuilds (median; 2 quick, 3 full), and once merges the shards
+  into a driver index (``load_sharded``).
 
 CPU-seconds cover this process's tree (driver Python, its JVM and Python workers) and
 the cluster's daemons with everything under them (executors, their Python workers),
@@ -157,8 +158,12 @@ def child(args: argparse.Namespace) -> None:
     sc = spark.sparkContext
     cluster = [int(p) for p in args.cluster_pids.split(",") if p]
     workers = len(cluster) - 1
-    # Warm up: every executor starts its Python workers and imports calving.
+    # Warm up: every executor starts its Python workers, imports calving and runs a
+    # shuffle (its JVM loads and compiles the shuffle's code once, not in the timing).
     sc.parallelize(range(8 * workers), 8 * workers).map(_warm).collect()
+    sc.parallelize(range(1 << 16), 4 * workers).map(lambda i: (i, i)).partitionBy(
+        2 * workers
+    ).count()
     table = load(args.catalog, args.warehouse)
     roots = [os.getpid(), *cluster]
     seconds, cpu = [], []
@@ -209,7 +214,10 @@ def cluster_side(
         done = subprocess.run(command, check=True, timeout=3600, capture_output=True, text=True)
     finally:
         cluster.stop()
-    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        raise RuntimeError(f"cluster x{workers}: no result in {done.stdout[-2000:]!r}")
+    return dict(json.loads(lines[-1]))
 
 
 # ---------------------------------------------------------------- figures
@@ -279,7 +287,7 @@ def to_figures(results: dict[str, Any]) -> list[Figure]:
 
 def figures(quick: bool) -> list[Figure]:
     keys = QUICK_KEYS if quick else FULL_KEYS
-    return to_figures(measure(keys, SHARDS, 1 if quick else 3, ROWS_PER_FILE))
+    return to_figures(measure(keys, SHARDS, 2 if quick else 3, ROWS_PER_FILE))
 
 
 def main(argv: list[str] | None = None) -> None:

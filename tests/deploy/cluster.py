@@ -202,13 +202,14 @@ class StandaloneCluster:
         self.remember()
 
     def master_state(self) -> dict[str, Any] | None:
-        """The master's JSON status page, or None while it does not answer."""
+        """The master's JSON status page, or None while it does not answer (or, while
+        it starts, answers with an empty or partial page)."""
         try:
             with urllib.request.urlopen(
                 f"http://127.0.0.1:{self.master_ui_port}/json/", timeout=5
             ) as response:
                 return json.loads(response.read())
-        except OSError:
+        except (OSError, ValueError):
             return None
 
     def wait_for(self, predicate: Any, what: str, timeout: float = 90.0) -> dict[str, Any] | None:

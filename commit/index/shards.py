@@ -38,6 +38,16 @@ from typing import Any
 import numpy as np
 
 from calving.commit.errors import CalvingError, ConfigError, FileIOError
+from calving.commit.index.index_file import (
+    IndexHeader,
+    UnreadableIndexError,
+    file_header,
+    frame,
+    read_entries,
+    read_index_table,
+    unframe,
+    write_entries,
+)
 from calving.commit.index.keys import (
     DEFAULT_HASHER,
     KeyCodec,
@@ -48,19 +58,7 @@ from calving.commit.index.keys import (
     partition_of,
 )
 from calving.commit.index.pk_index import PrimaryKeyIndex
-from calving.commit.index.store import (
-    IndexHeader,
-    IndexMismatchError,
-    UnreadableIndexError,
-    file_header,
-    frame,
-    key_spec,
-    mismatch_with_table,
-    read_entries,
-    read_index_table,
-    unframe,
-    write_entries,
-)
+from calving.commit.index.store import IndexMismatchError, key_spec, mismatch_with_table
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.types import PrimitiveType, primitive_from_string

@@ -1,22 +1,8 @@
 """The index and the table: save and load it beside the metadata, rebuild it from the
 data files, and catch it up to a newer snapshot.
 
-File: ``<table location>/metadata/calving-index/<snapshot-id>-<uuid>.calvidx``, format 2:
-
-* a 20-byte header: the magic ``CALVIDX\\0``, the format version (uint32 LE, 2) and the
-  payload length (uint64 LE);
-* the payload: an Arrow IPC file (zstd) with columns ``key`` (int64 for a one-column
-  integer key, else the canonical key bytes as large_binary), ``file`` (uint32, into the
-  file table) and ``position`` (uint32), and schema metadata: ``calving.index.format``,
-  ``calving.table-uuid``, ``calving.snapshot-id``, ``calving.key-field-ids`` and
-  ``calving.key-types`` (JSON), and ``calving.files`` (JSON ``[[path, row count], ...]``);
-* a CRC-32 (zlib, uint32 LE) of header and payload.
-
-The checksum is verified before anything else is parsed, so no corruption a CRC-32
-detects (every error in up to 32 consecutive bits) is ever read as entries. Hashes are not
-stored: they are recomputed on load, so a file never depends on the hash function of the
-writer. Format 1 files (a bare Arrow IPC file, no checksum) are not read: the index is
-rebuilt from the table.
+File: ``<table location>/metadata/calving-index/<snapshot-id>-<uuid>.calvidx``, in the
+format of ``index_file``.
 
 The commit that changes the table records the current index file in the table property
 ``calving.index.location``. ``load`` checks the file against the table: same UUID and key,
@@ -30,11 +16,8 @@ file) into a rebuild from the data files, logged as one warning.
 
 from __future__ import annotations
 
-import json
 import logging
-import struct
 import uuid
-import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -47,19 +30,27 @@ import pyarrow.compute as pc
 from calving.commit.errors import (
     CalvingError,
     CorruptFileError,
-    FileIOError,
     FileNotFoundInTableError,
     SchemaError,
     Terminal,
     UnsupportedFeatureError,
 )
-from calving.commit.index.keys import ByteKeys, IntKeys, KeyCodec, Keys
+from calving.commit.index.index_file import (
+    IndexHeader,
+    UnreadableIndexError,
+    file_header,
+    one_line,
+    read_entries,
+    read_index_table,
+    write_entries,
+)
+from calving.commit.index.keys import KeyCodec
 from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
 from calving.commit.io import FileIO
 from calving.commit.spec.arrow import FIELD_ID_KEY
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
-from calving.commit.spec.types import PrimitiveType, primitive_from_string
+from calving.commit.spec.types import PrimitiveType
 from calving.commit.table import scan
 from calving.commit.table.data_files import read_data_file
 
@@ -67,17 +58,6 @@ log = logging.getLogger(__name__)
 
 INDEX_LOCATION_PROPERTY = "calving.index.location"
 INDEX_DIRECTORY = "metadata/calving-index"
-FORMAT_VERSION = 2
-_MAGIC = b"CALVIDX\0"
-_HEADER = struct.Struct("<8sIQ")  # magic, format version, payload length
-_CHECKSUM = struct.Struct("<I")  # CRC-32 of header and payload
-_ARROW_MAGIC = b"ARROW1"  # a format 1 file: a bare Arrow IPC file
-_MD_FORMAT = b"calving.index.format"
-_MD_UUID = b"calving.table-uuid"
-_MD_SNAPSHOT = b"calving.snapshot-id"
-_MD_KEY_IDS = b"calving.key-field-ids"
-_MD_KEY_TYPES = b"calving.key-types"
-_MD_FILES = b"calving.files"
 
 
 class StaleIndexError(CalvingError):
@@ -101,12 +81,6 @@ class StaleIndexError(CalvingError):
             f"{location}: index of snapshot {index_snapshot_id}, "
             f"table is at snapshot {table_snapshot_id}"
         )
-
-
-class UnreadableIndexError(CorruptFileError):
-    """The index file cannot be trusted: unreadable, truncated, of an older or unknown
-    format, failing its checksum, or malformed. Rebuild the index from the table
-    (``open_index`` does)."""
 
 
 class IndexMismatchError(Terminal):
@@ -162,121 +136,6 @@ def index_header(index: PrimaryKeyIndex, files: Sequence[tuple[str, int]]) -> di
     )
 
 
-def file_header(
-    table_uuid: str,
-    snapshot_id: int | None,
-    key_field_ids: Sequence[int],
-    key_types: Sequence[PrimitiveType],
-    files: Sequence[tuple[str, int]],
-) -> dict[bytes, str]:
-    """The schema metadata of an index file (``IndexHeader`` parses it)."""
-    return {
-        _MD_FORMAT: str(FORMAT_VERSION),
-        _MD_UUID: table_uuid,
-        _MD_SNAPSHOT: "" if snapshot_id is None else str(snapshot_id),
-        _MD_KEY_IDS: json.dumps(list(key_field_ids)),
-        _MD_KEY_TYPES: json.dumps([str(t) for t in key_types]),
-        _MD_FILES: json.dumps([[p, int(n)] for p, n in files]),
-    }
-
-
-def write_entries(
-    io: FileIO,
-    location: str,
-    header: dict[bytes, str],
-    keys: Keys,
-    file_index: np.ndarray,
-    positions: np.ndarray,
-) -> None:
-    """Write entries as a format 2 index file (framing, Arrow IPC payload, CRC-32)."""
-    table = pa.table(
-        {
-            "key": keys.to_arrow(),
-            "file": pa.array(file_index, pa.uint32()),
-            "position": pa.array(positions, pa.uint32()),
-        },
-    ).replace_schema_metadata(header)
-    options = pa.ipc.IpcWriteOptions(compression="zstd")
-    try:
-        payload = pa.BufferOutputStream()
-        with pa.ipc.new_file(payload, table.schema, options=options) as writer:
-            writer.write_table(table, max_chunksize=1 << 20)
-        body = payload.getvalue()
-        header_bytes, checksum = frame(_MAGIC, FORMAT_VERSION, body)
-        with io.new_output_stream(location) as sink:
-            for part in (header_bytes, body, checksum):
-                sink.write(part)
-    except (OSError, pa.ArrowException) as err:
-        raise FileIOError(f"{location}: writing the index failed: {err}") from err
-
-
-def read_index_table(io: FileIO, location: str) -> pa.Table:
-    """The Arrow table inside the index file at ``location``, once its checksum, magic,
-    version and length are verified. ``UnreadableIndexError`` on any read or integrity
-    failure; ``FileNotFoundInTableError`` when the file does not exist."""
-    try:
-        data = io.read(location)
-    except FileNotFoundInTableError:
-        raise
-    except (CalvingError, OSError) as err:
-        raise UnreadableIndexError(location, f"cannot read: {_one_line(err)}") from None
-    payload = _verified_payload(location, data)
-    try:
-        table = pa.ipc.open_file(pa.py_buffer(payload)).read_all()
-        table.validate(full=True)  # offsets in range: no entry decoding reads past a buffer
-        return table
-    except (OSError, ValueError, pa.ArrowException) as err:
-        # OSError: pyarrow's ArrowIOError (e.g. a failed decompression) is a bare OSError.
-        raise UnreadableIndexError(
-            location, f"payload is not an Arrow IPC file: {_one_line(err)}"
-        ) from None
-
-
-def frame(magic: bytes, version: int, body: Any) -> tuple[bytes, bytes]:
-    """(header, trailer) around ``body``: magic, version and length, then the CRC-32 of
-    header and body (``unframe`` checks them)."""
-    header = _HEADER.pack(magic, version, len(body) if isinstance(body, bytes) else body.size)
-    return header, _CHECKSUM.pack(zlib.crc32(body, zlib.crc32(header)))
-
-
-def _verified_payload(location: str, data: bytes) -> memoryview:
-    """The payload of a format 2 file, or ``UnreadableIndexError`` saying why not."""
-    if data.startswith(_ARROW_MAGIC):
-        raise UnreadableIndexError(
-            location, "index format 1 (no checksum), written by an older calving"
-        )
-    return unframe(location, data, _MAGIC, FORMAT_VERSION)
-
-
-def unframe(location: str, data: bytes, magic_wanted: bytes, version_wanted: int) -> memoryview:
-    """The body between ``frame``'s header and trailer, once the checksum, magic,
-    version and length are verified; ``UnreadableIndexError`` saying why not."""
-    framing = _HEADER.size + _CHECKSUM.size
-    if len(data) < framing:
-        raise UnreadableIndexError(location, f"truncated: {len(data)} bytes")
-    view = memoryview(data)
-    (stored,) = _CHECKSUM.unpack(view[-_CHECKSUM.size :])
-    computed = zlib.crc32(view[: -_CHECKSUM.size])
-    if stored != computed:
-        raise UnreadableIndexError(
-            location, f"checksum mismatch (stored {stored:08x}, computed {computed:08x})"
-        )
-    magic, version, length = _HEADER.unpack_from(view)
-    if magic != magic_wanted:
-        raise UnreadableIndexError(location, f"not a calving index file (magic {magic!r})")
-    if version != version_wanted:
-        raise UnreadableIndexError(location, f"unknown index format {version}")
-    if length != len(data) - framing:
-        raise UnreadableIndexError(
-            location, f"payload of {length} bytes in a file of {len(data)} bytes"
-        )
-    return view[_HEADER.size : -_CHECKSUM.size]
-
-
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split())
-
-
 def load(
     io: FileIO,
     location: str,
@@ -326,37 +185,6 @@ def load(
     return index
 
 
-@dataclass(frozen=True)
-class IndexHeader:
-    """The schema metadata of an index file's Arrow payload."""
-
-    table_uuid: str
-    snapshot_id: int | None
-    key_field_ids: tuple[int, ...]
-    key_types: tuple[PrimitiveType, ...]
-    files: list[tuple[str, int]]
-
-    @classmethod
-    def parse(cls, location: str, md: dict[bytes, bytes]) -> IndexHeader:
-        if md.get(_MD_FORMAT) != str(FORMAT_VERSION).encode():
-            raise UnreadableIndexError(
-                location, f"unknown index format {md.get(_MD_FORMAT)!r} in the payload"
-            )
-        try:
-            snapshot_text = md[_MD_SNAPSHOT].decode()
-            return cls(
-                table_uuid=md[_MD_UUID].decode(),
-                snapshot_id=int(snapshot_text) if snapshot_text else None,
-                key_field_ids=tuple(int(i) for i in json.loads(md[_MD_KEY_IDS])),
-                key_types=tuple(primitive_from_string(t) for t in json.loads(md[_MD_KEY_TYPES])),
-                files=[(str(p), int(n)) for p, n in json.loads(md[_MD_FILES])],
-            )
-        except (KeyError, ValueError, TypeError, SchemaError) as err:
-            raise UnreadableIndexError(
-                location, f"index metadata is malformed: {_one_line(err)}"
-            ) from None
-
-
 def _from_table(
     location: str,
     table: pa.Table,
@@ -372,28 +200,8 @@ def _from_table(
         )
     except IndexUpdateError as err:
         raise UnreadableIndexError(
-            location, f"index entries are malformed: {_one_line(err)}"
+            location, f"index entries are malformed: {one_line(err)}"
         ) from None
-
-
-def read_entries(location: str, table: pa.Table) -> tuple[Keys, np.ndarray, np.ndarray]:
-    """(keys, file indexes, positions) of an index file's Arrow table."""
-    try:
-        key_col = table.column("key").combine_chunks()
-        keys: Keys
-        if pa.types.is_integer(key_col.type):
-            keys = IntKeys(np.asarray(key_col.to_numpy(zero_copy_only=False), np.int64))
-        else:
-            keys = ByteKeys.from_arrow(key_col)
-        file_index = table.column("file").to_numpy().astype(np.uint32)
-        positions = table.column("position").to_numpy().astype(np.uint32)
-    except (KeyError, ValueError, TypeError, OSError, pa.ArrowException) as err:
-        raise UnreadableIndexError(
-            location, f"index entries are malformed: {_one_line(err)}"
-        ) from None
-    if not len(keys) == len(file_index) == len(positions):
-        raise UnreadableIndexError(location, "index entry columns differ in length")
-    return keys, file_index, positions
 
 
 def load_current(

@@ -195,7 +195,10 @@ def rebuild_sharded(
     else:
         slices = max(1, min(len(tasks), 2 * cores))
     reducers = min(shard_count, shard_tasks if shard_tasks > 0 else 2 * cores)
-    sc.setJobGroup("calving-index-rebuild", f"calving index rebuild: {len(tasks)} file(s)", True)
+    # No job group of its own: inside foreachBatch the job stays in the streaming
+    # query's group, so stopping the query cancels it.
+    described = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(f"calving index rebuild: {len(tasks)} file(s)")
     try:
         written: list[ShardFile] = (
             sc.parallelize(tasks, slices)
@@ -208,7 +211,7 @@ def rebuild_sharded(
         text = " ".join(str(err).split())[:300] or type(err).__name__
         raise IndexRebuildError(f"index rebuild job failed: {text}") from None
     finally:
-        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", described)
     written.sort(key=lambda s: s.shard)
     if [s.shard for s in written] != list(range(shard_count)):
         raise IndexRebuildError(

@@ -203,8 +203,8 @@ def cluster_side(
     cluster = StandaloneCluster(
         _cluster_env(root / f"home-{workers}"), root / f"spark-{workers}", workers
     )
-    cluster.start()
     try:
+        cluster.start()  # inside: a failed start still stops what it started
         daemons = cluster.daemon_pids()
         command = [
             sys.executable, "-m", "tests.bench.index_rebuild", "--child", cluster.url,

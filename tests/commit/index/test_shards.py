@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pyroaring import BitMap64
 
+from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import DEFAULT_HASHER, ByteKeys, IntKeys
 from calving.commit.index.pk_index import PrimaryKeyIndex
 from calving.commit.index.shards import (
@@ -29,7 +30,6 @@ from calving.commit.index.shards import (
 )
 from calving.commit.index.store import (
     IndexMismatchError,
-    UnreadableIndexError,
     build_from_table,
 )
 from calving.commit.io import local_path

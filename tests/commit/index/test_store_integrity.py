@@ -15,10 +15,10 @@ import pytest
 from pyroaring import BitMap64
 
 from calving.commit.index import store
+from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.pk_index import PrimaryKeyIndex
 from calving.commit.index.store import (
     INDEX_LOCATION_PROPERTY,
-    UnreadableIndexError,
     build_from_table,
     load,
     open_index,

@@ -65,9 +65,18 @@ def test_spark_shards_equal_the_drivers(
 ) -> None:
     table = sharded_table(sqlite_catalog, key)
     io = table.io
-    location, manifest = rebuild_sharded(
-        spark, io, table.metadata, shards, io.properties, files_per_task=files_per_task
-    )
+    sc = spark.sparkContext
+    sc.setJobGroup("the-callers-group", "the caller's jobs")
+    try:
+        location, manifest = rebuild_sharded(
+            spark, io, table.metadata, shards, io.properties, files_per_task=files_per_task
+        )
+        # The caller's job group (a streaming query's) and description are kept.
+        assert sc.getLocalProperty("spark.jobGroup.id") == "the-callers-group"
+        assert sc.getLocalProperty("spark.job.description") == "the caller's jobs"
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+        sc.setLocalProperty("spark.job.description", None)
     driver = build_from_table(io, table.metadata)
     _, reference = split_index(io, driver, table.metadata.location, shards)
     assert manifest.files == reference.files
@@ -75,8 +84,6 @@ def test_spark_shards_equal_the_drivers(
     assert shard_contents(io, manifest) == shard_contents(io, reference)
     merged = load_sharded(io, location, table.metadata)
     assert entries(merged) == entries(driver)
-    # The job group is the caller's again afterwards.
-    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
 
 
 def test_a_table_without_snapshots_gets_empty_shards(spark: Any, sqlite_catalog: Any) -> None:

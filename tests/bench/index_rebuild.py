@@ -108,24 +108,16 @@ def load(uri: str, warehouse: str) -> Table:
 # ---------------------------------------------------------------- CPU accounting
 
 
-def _cpu_of(pid: int) -> float:
-    """User + system seconds of ``pid`` and its waited-for children (0 if gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-
-
 def tree_cpu(roots: list[int]) -> dict[int, float]:
     """CPU seconds so far of every process in the trees under ``roots``."""
+    from tests.bench.streaming import _proc_stat
     from tests.deploy.cluster import descendants
 
     pids = set(roots)
     for root in roots:
         pids |= descendants(root)
-    return {pid: _cpu_of(pid) for pid in pids}
+    stats = {pid: _proc_stat(pid) for pid in pids}
+    return {pid: stat[1] for pid, stat in stats.items() if stat is not None}
 
 
 def cpu_between(before: dict[int, float], after: dict[int, float]) -> float:

@@ -63,18 +63,24 @@ def _rows(ends: dict[str, dict[int, int]], before: dict[str, dict[int, int]], sk
     ]
 
 
-@pytest.mark.integration
-def test_updates_land_exactly_when_every_index_is_dropped_after_every_batch(
-    broker, tmp_path: Path
-) -> None:
+def _shop(broker: Any, tmp_path: Path, seed: int) -> tuple[SourceDatabase, ShopWorkload, Any]:
+    """The shop database's topics on the broker, its workload, and a many-table config
+    writing it to a SQLite catalog under ``tmp_path``."""
     db = SourceDatabase(prefix=unique_name("db"))
     for t in shop_tables(partitions=2):
         db.add_table(t)
-    work = ShopWorkload(db, seed=21)
     create_topics(broker, db)
     config = many_config(
         db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "wh"
     )
+    return db, ShopWorkload(db, seed=seed), config
+
+
+@pytest.mark.integration
+def test_updates_land_exactly_when_every_index_is_dropped_after_every_batch(
+    broker, tmp_path: Path
+) -> None:
+    db, work, config = _shop(broker, tmp_path, seed=21)
     config = dataclasses.replace(
         config, sink=dataclasses.replace(config.sink, index_memory_bytes=2**20)
     )
@@ -109,14 +115,7 @@ def test_a_reopened_index_that_is_lost_is_rebuilt_by_spark_tasks(
     files they were saved to are deleted; with ``calving.index.executor-rebuild-rows``
     at 0 the next batches rebuild them with Spark jobs, and the readers equal the
     source."""
-    db = SourceDatabase(prefix=unique_name("db"))
-    for t in shop_tables(partitions=2):
-        db.add_table(t)
-    work = ShopWorkload(db, seed=23)
-    create_topics(broker, db)
-    config = many_config(
-        db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "wh"
-    )
+    db, work, config = _shop(broker, tmp_path, seed=23)
     sink = build_many_sink(config)
     sink.index_budget.limit_bytes = 1  # every index dropped (saved) after each batch
     before: dict[str, dict[int, int]] = {}

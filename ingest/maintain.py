@@ -22,9 +22,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from calving.commit.errors import CalvingError
+from calving.commit.io import FileIO
 from calving.commit.maintenance.compaction import OneByOne, Rewriter
+from calving.commit.maintenance.compaction_plan import partition_with_small_files
 from calving.commit.maintenance.last_pass import write_last_pass
 from calving.commit.maintenance.run import MaintenanceReport, run_maintenance
+from calving.commit.spec.data_file import EntryStatus, ManifestContent
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table import scan
 from calving.commit.table.table import Table
 from calving.ingest.catalogs import file_io, open_catalog
 from calving.ingest.config.loader import CalvingConfig
@@ -48,6 +53,31 @@ def rewriter_for(
     return OneByOne(local_rewrite(table.io, target))
 
 
+#: The jobs of an inline pass due by file count rather than by the interval.
+COMPACTION_ONLY = ("compact",)
+
+
+def compaction_due(config: MaintenanceConfig, io: FileIO, metadata: TableMetadata) -> bool:
+    """A partition of ``metadata``'s current snapshot holds at least
+    ``config.compact_files_threshold`` small files (and that threshold is on). Reads
+    the data manifests through the process's caches, which the stream's commits fill;
+    a snapshot that added no data file (nothing for the count) is not looked into."""
+    threshold = config.compact_files_threshold
+    snapshot = metadata.current_snapshot
+    if threshold == 0 or "compact" not in config.policy.jobs or snapshot is None:
+        return False
+    if snapshot.summary.get("added-data-files", "0") == "0":
+        return False
+    files = (
+        entry.data_file
+        for manifest in scan.manifest_files(io, snapshot)
+        if manifest.content == ManifestContent.DATA
+        for entry in scan.manifest_entries(io, metadata, manifest)
+        if entry.status != EntryStatus.DELETED
+    )
+    return partition_with_small_files(files, config.policy.compaction, threshold)
+
+
 @dataclass
 class Maintainer:
     table: Table
@@ -61,6 +91,9 @@ class Maintainer:
     #: Set to stop the pass under way (at its next group, wave or job) and any later one.
     stop: threading.Event = field(default_factory=threading.Event)
     metrics: MaintenanceMetrics | None = None
+    #: The table's metadata as the stream's coordinator holds it (inline): read after
+    #: each batch to see whether a compaction is due by file count.
+    stream_metadata: Callable[[], TableMetadata] | None = None
 
     def use_stop(self, stop: threading.Event) -> None:
         """Stop passes (and a Spark rewrite job under way) when ``stop`` is set."""
@@ -69,15 +102,28 @@ class Maintainer:
             self.rewriter.stop = stop
 
     def run_pass(
-        self, *, dry_run: bool = False, budget_s: float | None = None, inline: bool = False
+        self,
+        *,
+        dry_run: bool = False,
+        budget_s: float | None = None,
+        inline: bool = False,
+        jobs: tuple[str, ...] | None = None,
     ) -> MaintenanceReport:
         """One pass. ``inline``: run by the stream's own driver between its batches, so
-        no commit of the stream can come between the pass's commits: no pause."""
-        self.last_started = time.monotonic()
-        deadline = None if budget_s is None else self.last_started + budget_s
+        no commit of the stream can come between the pass's commits: no pause.
+        ``jobs``: only these (a compaction due by file count, its groups committed
+        as one snapshot); such a pass does not count as the interval's pass."""
+        started = time.monotonic()
+        if jobs is None:
+            self.last_started = started
+        deadline = None if budget_s is None else started + budget_s
         policy = self.config.policy
         if inline:
             policy = dataclasses.replace(policy, commit_pause_s=0.0)
+        if jobs is not None:
+            # Due by file count: small files, committed together in one snapshot.
+            compaction = dataclasses.replace(policy.compaction, max_commits=1)
+            policy = dataclasses.replace(policy, jobs=jobs, compaction=compaction)
         report = run_maintenance(
             self.table,
             policy,
@@ -99,20 +145,25 @@ class Maintainer:
         return report
 
     def after_batch(self) -> MaintenanceReport | None:
-        """Inline: a pass within the budget when the interval has passed; never raises."""
+        """Inline: a pass within the budget when the interval has passed, else a
+        compaction alone when the table as the stream just committed it
+        (``stream_metadata``) has a partition of ``compact_files_threshold`` small
+        files; never raises."""
         now = time.monotonic()
-        if (
-            self.last_started is not None
-            and now - self.last_started < self.config.inline_interval_s
-        ):
-            return None
-        return self.inline_pass(self.config.inline_budget_s)
+        if self.last_started is None or now - self.last_started >= self.config.inline_interval_s:
+            return self.inline_pass(self.config.inline_budget_s)
+        current = self.stream_metadata
+        if current is not None and compaction_due(self.config, self.table.io, current()):
+            return self.inline_pass(self.config.inline_budget_s, jobs=COMPACTION_ONLY)
+        return None
 
-    def inline_pass(self, budget_s: float) -> MaintenanceReport | None:
-        """A pass from the stream's driver within ``budget_s``; None if it raised
-        (logged: inline maintenance never fails the stream)."""
+    def inline_pass(
+        self, budget_s: float, jobs: tuple[str, ...] | None = None
+    ) -> MaintenanceReport | None:
+        """A pass from the stream's driver within ``budget_s`` (``jobs``: only these);
+        None if it raised (logged: inline maintenance never fails the stream)."""
         try:
-            report = self.run_pass(budget_s=budget_s, inline=True)
+            report = self.run_pass(budget_s=budget_s, inline=True, jobs=jobs)
         except Exception:  # inline maintenance must never fail the stream
             log.warning("inline maintenance of %s failed", self.table.name, exc_info=True)
             return None

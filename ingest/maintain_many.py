@@ -21,7 +21,7 @@ from typing import Any
 from calving.commit.maintenance.run import MaintenanceReport
 from calving.commit.table.table import Table
 from calving.ingest.config.maintenance import MaintenanceConfig
-from calving.ingest.maintain import Maintainer, rewriter_for
+from calving.ingest.maintain import COMPACTION_ONLY, Maintainer, compaction_due, rewriter_for
 from calving.ingest.metrics.exposition import Registry
 from calving.ingest.metrics.maintenance import MaintenanceMetrics, maintenance_families
 from calving.ingest.sink.many.sink import ManyTablesSink
@@ -69,14 +69,16 @@ class ManyMaintainer:
         self.rounds: list[dict[str, MaintenanceReport | None]] = []
 
     def after_batch(self) -> dict[str, MaintenanceReport | None]:
-        """Note the batches committed since the last call; run a round when due. The
-        passes run (None for one that raised); empty when no round ran."""
+        """Note the batches committed since the last call; run a round when due, else
+        compactions alone of the waiting tables that have a partition of
+        ``compact_files_threshold`` small files. The passes run (None for one that
+        raised); empty when none ran."""
         self._note_batches()
         now = self.clock()
-        if self.last_round is not None and now - self.last_round < self.config.inline_interval_s:
-            return {}
         if not self.waiting:
             return {}
+        if self.last_round is not None and now - self.last_round < self.config.inline_interval_s:
+            return self._compactions(now + self.config.inline_budget_s)
         self.last_round = now
         passes = self._round(now + self.config.inline_budget_s)
         self.rounds = [*self.rounds, passes][-10:]
@@ -109,6 +111,23 @@ class ManyMaintainer:
         if left_out > 0:
             log.info("inline maintenance: %d table(s) wait for the next round (budget spent)",
                      left_out)  # fmt: skip
+        return passes
+
+    def _compactions(self, deadline: float) -> dict[str, MaintenanceReport | None]:
+        """Between rounds: a compaction alone of each waiting table due by file count
+        (the table as the stream holds it), within the budget. The tables keep their
+        place for the next round (its other jobs are still due)."""
+        passes: dict[str, MaintenanceReport | None] = {}
+        for name in self.order():
+            left = deadline - self.clock()
+            if left <= 0:
+                break
+            routed = self.sink.tables.get(name)
+            if routed is None or not compaction_due(
+                self.config, self.sink.io, routed.table.metadata
+            ):
+                continue
+            passes[name] = self._maintainer(name).inline_pass(left, jobs=COMPACTION_ONLY)
         return passes
 
     def _maintainer(self, name: str) -> Maintainer:

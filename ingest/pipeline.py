@@ -424,6 +424,7 @@ def build_pipeline(
         # The stream's endpoint serves the inline passes' figures too.
         registry = getattr(sink.metrics, "registry", None)
         maintainer = build_maintainer(config, session, registry=registry)
+        maintainer.stream_metadata = lambda: sink.table.metadata
     path = path_for(config, sink.table)
     log.info("records path: %s (%s)", path.path, path.reason)
     return Pipeline(config, session, sink.table, sink, maintainer=maintainer, path=path)

@@ -95,6 +95,24 @@ class RewriteGroup:
         return tuple(c.data_file.file_path for c in self.files)
 
 
+def partition_with_small_files(
+    files: Iterable[DataFile], policy: CompactionPolicy, count: int
+) -> bool:
+    """Some partition (of any spec) holds at least ``count`` small files (below
+    ``small_file_fraction`` of the target): what makes an inline compaction due by file
+    count. Stops at the first such partition."""
+    small = policy.target_file_bytes * policy.small_file_fraction
+    counts: dict[tuple[int, tuple[Any, ...]], int] = {}
+    for f in files:
+        if f.file_size_in_bytes < small:
+            where = (f.spec_id, f.partition)
+            seen = counts.get(where, 0) + 1
+            if seen >= count:
+                return True
+            counts[where] = seen
+    return False
+
+
 def plan_compaction(
     files: Iterable[DataFile], deleted_rows: Mapping[str, int], policy: CompactionPolicy
 ) -> list[RewriteGroup]:

@@ -22,6 +22,7 @@ MAINTENANCE_KEYS = (
     "inline",
     "inline_interval",
     "inline_budget",
+    "inline_compact_files",
     "rewrite_on",
     "jobs",
     "target_file_size_bytes",
@@ -37,6 +38,9 @@ MAINTENANCE_KEYS = (
     "commit_pause",
 )
 
+#: Small files in one partition that make an inline compaction due before the interval.
+DEFAULT_INLINE_COMPACT_FILES = 8
+
 _DURATION = 'a duration such as "30 seconds", "15 minutes", "6 hours" or "3 days"'
 
 
@@ -49,8 +53,21 @@ class MaintenanceConfig:
     inline_interval_s: float = 60.0
     #: No inline job (or compaction batch) starts after this many seconds of a pass.
     inline_budget_s: float = 10.0
+    #: An inline compaction (that job alone) runs after a batch, without waiting for
+    #: ``inline_interval``, once a partition holds this many small files (at least
+    #: ``min_input_files``); 0: the interval alone decides.
+    inline_compact_files: int = DEFAULT_INLINE_COMPACT_FILES
     #: "spark": rewrite groups as Spark tasks (one per group); "local": in the driver.
     rewrite_on: str = "spark"
+
+    @property
+    def compact_files_threshold(self) -> int:
+        """Small files in one partition that make an inline compaction due (0: never
+        before the interval): ``inline_compact_files``, raised to ``min_input_files``
+        (below it the compaction would plan no group)."""
+        if self.inline_compact_files == 0:
+            return 0
+        return max(self.inline_compact_files, self.policy.compaction.min_input_files)
 
 
 def parse_maintenance(s: Section | None) -> MaintenanceConfig:
@@ -85,6 +102,7 @@ def parse_maintenance(s: Section | None) -> MaintenanceConfig:
         inline=s.boolean("inline", False),
         inline_interval_s=_ms(s, "inline_interval", "1 minute", 0) / 1000,
         inline_budget_s=_ms(s, "inline_budget", "10 seconds", 1000) / 1000,
+        inline_compact_files=_int(s, "inline_compact_files", DEFAULT_INLINE_COMPACT_FILES, 0),
         rewrite_on=s.string("rewrite_on", "spark", choices=("spark", "local")) or "spark",
     )
     s.finish()
@@ -130,4 +148,9 @@ def _shown_ms(ms: int) -> str:
     return f"{ms / 1000:g} second(s)"
 
 
-__all__ = ["MAINTENANCE_KEYS", "MaintenanceConfig", "parse_maintenance"]
+__all__ = [
+    "DEFAULT_INLINE_COMPACT_FILES",
+    "MAINTENANCE_KEYS",
+    "MaintenanceConfig",
+    "parse_maintenance",
+]

@@ -68,6 +68,9 @@ class Params:
     target_file_bytes: int = 65_536
     every: str = "5 seconds"
     inline_interval: str = "5 seconds"
+    #: An inline compaction between the interval's passes once a partition holds this
+    #: many small files (``[maintenance] inline_compact_files``).
+    inline_compact_files: int = 3
     retain_count: int = 10
     retain_age: str = "30 seconds"
     scan_repeat: int = 2
@@ -485,6 +488,7 @@ def _config(tmp: Path, bootstrap: str, topic: str, p: Params) -> Path:
             "inline = true",
             f'inline_interval = "{p.inline_interval}"',
             'inline_budget = "2 seconds"',
+            f"inline_compact_files = {p.inline_compact_files}",
             'commit_pause = "0.2 seconds"',
         ]
     )

@@ -33,26 +33,44 @@ class FakeClock:
         return self.now
 
 
+#: The passes the fake maintainers ran: (table, jobs; None for all of them).
+Jobs = list[tuple[str, "tuple[str, ...] | None"]]
+
+
 class FakeMaintainer:
-    """Records its passes; each pass takes ``cost`` seconds of the fake clock."""
+    """Records its passes (budget, and jobs in ``jobs``); each pass takes ``cost``
+    seconds of the fake clock."""
 
     def __init__(
-        self, name: str, clock: FakeClock, calls: list[tuple[str, float]], cost: float
+        self,
+        name: str,
+        clock: FakeClock,
+        calls: list[tuple[str, float]],
+        cost: float,
+        jobs: Jobs | None = None,
     ) -> None:
         self.name, self.clock, self.calls, self.cost = name, clock, calls, cost
+        self.jobs = jobs if jobs is not None else []
 
-    def inline_pass(self, budget_s: float) -> Any:
+    def inline_pass(self, budget_s: float, jobs: tuple[str, ...] | None = None) -> Any:
         self.calls.append((self.name, budget_s))
+        self.jobs.append((self.name, jobs))
         self.clock.now += self.cost
         return SimpleNamespace(ok=True)
 
 
-def _fake(batches: list[list[str]], cost: float, budget: float, interval: float = 0.0):
+def _fake(
+    batches: list[list[str]],
+    cost: float,
+    budget: float,
+    interval: float = 0.0,
+    tables: dict[str, Any] | None = None,
+):
     clock = FakeClock()
     history: BatchHistory[Any] = BatchHistory()
     for c in batches:
         history.append(SimpleNamespace(committed=c))
-    sink: Any = SimpleNamespace(history=history)
+    sink: Any = SimpleNamespace(history=history, tables=tables or {}, io=None)
     config = MaintenanceConfig(inline=True, inline_interval_s=interval, inline_budget_s=budget)
     mm = ManyMaintainer(sink, config, clock=clock)
     calls: list[tuple[str, float]] = []
@@ -86,6 +104,32 @@ def test_a_table_the_budget_did_not_reach_waits_for_the_next_round() -> None:
     clock.now += 30
     mm.after_batch()
     assert [n for n, _ in calls] == ["c"]
+
+
+def test_between_rounds_a_table_due_by_file_count_gets_a_compaction_alone(monkeypatch) -> None:
+    import calving.ingest.maintain_many as many
+
+    due = {"b"}  # which tables' metadata show a partition of small files
+    tables = {n: SimpleNamespace(table=SimpleNamespace(metadata=n)) for n in "abc"}
+    monkeypatch.setattr(many, "compaction_due", lambda _config, _io, md: md in due)
+    mm, sink, clock, calls = _fake([["a", "b"]], cost=1.0, budget=10.0, interval=30, tables=tables)
+    jobs: Jobs = []
+    mm._maintainer = lambda name: FakeMaintainer(name, clock, calls, 1.0, jobs)  # type: ignore[method-assign]  # passes without tables
+    mm.after_batch()  # the first round: full passes of a and b
+    assert sorted(n for n, _ in calls) == ["a", "b"] and mm.waiting == {}
+    assert [j for _, j in jobs] == [None, None]
+
+    jobs.clear()
+    sink.history.append(SimpleNamespace(committed=["a", "b", "c"]))
+    clock.now += 5  # within the interval: no round, but b is due by its files
+    passes = mm.after_batch()
+    assert list(passes) == ["b"] and jobs == [("b", ("compact",))]
+    assert sorted(mm.waiting) == ["a", "b", "c"]  # the round's other jobs are still due
+
+    jobs.clear()
+    clock.now += 30  # the next round: full passes again
+    mm.after_batch()
+    assert sorted(n for n, _ in jobs) == ["a", "b", "c"] and {j for _, j in jobs} == {None}
 
 
 @pytest.mark.integration

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calving.commit.maintenance.compaction_plan import CompactionPolicy, plan_compaction
+from calving.commit.maintenance.compaction_plan import (
+    CompactionPolicy,
+    partition_with_small_files,
+    plan_compaction,
+)
 from calving.commit.spec.data_file import DataFile, FileContent
 
 MB = 1024 * 1024
@@ -38,6 +44,19 @@ def test_a_file_with_many_deleted_rows_is_rewritten_even_alone() -> None:
     groups = plan_compaction([heavy, _file("clean", 90 * MB)], {heavy.file_path: 300}, POLICY)
     assert [g.paths for g in groups] == [(heavy.file_path,)]
     assert groups[0].live_bytes == 63 * MB
+
+
+def test_a_partition_with_small_files_counts_one_partition_and_spec_at_a_time() -> None:
+    spread = [_file(f"p{i}", 10 * MB, partition=(str(i),)) for i in range(5)]
+    assert not partition_with_small_files(spread, POLICY, 2)  # five partitions of one each
+    large = [_file(f"l{i}", 80 * MB) for i in range(5)]  # above 75 % of the target
+    assert not partition_with_small_files(large, POLICY, 2)
+    other_spec = dataclasses.replace(spread[0], spec_id=1)
+    assert not partition_with_small_files([spread[0], other_spec], POLICY, 2)
+    assert partition_with_small_files(
+        [*spread, _file("p0-again", 1 * MB, partition=("0",))], POLICY, 2
+    )
+    assert not partition_with_small_files([], POLICY, 1)
 
 
 def test_bad_policies_are_refused() -> None:

@@ -119,6 +119,7 @@ CASES = [
     ("maintenance", {"inline": S}, "maintenance.inline"),
     ("maintenance", {"inline_interval": S}, "maintenance.inline_interval"),
     ("maintenance", {"inline_budget": S}, "maintenance.inline_budget"),
+    ("maintenance", {"inline_compact_files": S}, "maintenance.inline_compact_files"),
     ("maintenance", {"rewrite_on": S}, "maintenance.rewrite_on"),
     ("maintenance", {"jobs": ["compact", S]}, "maintenance.jobs[1]"),
     ("maintenance", {"target_file_size_bytes": S}, "maintenance.target_file_size_bytes"),

@@ -13,6 +13,7 @@ it for a landed commit. A commit in flight writes files before it swaps; the saf
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import time
@@ -65,6 +66,7 @@ def is_catalog_version_file(location: str) -> bool:
     return _FILESYSTEM_CATALOG_FILE.search(location) is not None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def canonical(location: str) -> str:
     """One form per file: local paths normalized (``a//b`` is ``a/b`` there); object
     store keys are literal (``a//b`` and ``a/b`` are different keys)."""

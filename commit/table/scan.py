@@ -260,6 +260,8 @@ def files_reached(io: FileIO, metadata: TableMetadata, snapshots: Iterable[Snaps
         if snap.summary.get(POSITION_MAP):
             out.add(snap.summary[POSITION_MAP])
         for mf in manifest_files(io, snap):
+            if mf.manifest_path in out:
+                continue  # shared with a snapshot already visited: its entries are in
             out.add(mf.manifest_path)
             for e in manifest_entries(io, metadata, mf):
                 if e.status != EntryStatus.DELETED:

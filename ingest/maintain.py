@@ -111,8 +111,9 @@ class Maintainer:
     ) -> MaintenanceReport:
         """One pass. ``inline``: run by the stream's own driver between its batches, so
         no commit of the stream can come between the pass's commits: no pause.
-        ``jobs``: only these (a compaction due by file count, its groups committed
-        as one snapshot); such a pass does not count as the interval's pass."""
+        ``jobs``: only these (a compaction due by file count: the partitions holding
+        ``compact_files_threshold`` small files, committed as one snapshot); such a
+        pass does not count as the interval's pass."""
         started = time.monotonic()
         if jobs is None:
             self.last_started = started
@@ -121,8 +122,12 @@ class Maintainer:
         if inline:
             policy = dataclasses.replace(policy, commit_pause_s=0.0)
         if jobs is not None:
-            # Due by file count: small files, committed together in one snapshot.
-            compaction = dataclasses.replace(policy.compaction, max_commits=1)
+            # Due by file count: the partitions that made it due, in one snapshot.
+            compaction = dataclasses.replace(
+                policy.compaction,
+                max_commits=1,
+                due_small_files=self.config.compact_files_threshold,
+            )
             policy = dataclasses.replace(policy, jobs=jobs, compaction=compaction)
         report = run_maintenance(
             self.table,

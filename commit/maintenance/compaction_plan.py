@@ -5,7 +5,8 @@ Per partition (and partition spec), a file is a candidate when it is smaller tha
 ``delete_ratio`` of its rows. Candidates are bin-packed, first-fit by live bytes in
 descending order, into groups of at most ``max_group_bytes``; a group is kept when it
 has at least ``min_input_files`` files, or one file whose DV is over the threshold (it is
-rewritten alone to drop its deleted rows). The groups of a pass are committed in at most
+rewritten alone to drop its deleted rows); with ``due_small_files``, only partitions
+holding that many small files are planned. The groups of a pass are committed in at most
 ``max_commits`` replace snapshots (``calving.commit.maintenance.compaction.waves``); a
 group that fails is left out of its wave's commit, so the others are kept.
 
@@ -38,6 +39,9 @@ class CompactionPolicy:
     max_group_bytes: int = 10 * DEFAULT_TARGET_FILE_BYTES
     #: The groups of a pass commit in at most this many replace snapshots (waves).
     max_commits: int = DEFAULT_MAX_COMMITS
+    #: Plan only partitions holding at least this many small files (0: every
+    #: partition): an inline compaction due by file count rewrites what made it due.
+    due_small_files: int = 0
 
     def __post_init__(self) -> None:
         if self.max_commits < 1:
@@ -54,6 +58,8 @@ class CompactionPolicy:
             )
         if self.max_group_bytes < self.target_file_bytes:
             raise ValueError("max_group_bytes must be at least target_file_bytes")
+        if self.due_small_files < 0:
+            raise ValueError(f"due_small_files must be >= 0, got {self.due_small_files}")
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,9 @@ def plan_compaction(
     for (spec_id, partition), candidates in sorted(
         by_partition.items(), key=lambda kv: repr(kv[0])
     ):
+        smalls = sum(1 for c in candidates if c.data_file.file_size_in_bytes < small)
+        if smalls < policy.due_small_files:
+            continue
         for members in _bin_pack(candidates, policy.max_group_bytes):
             dv_heavy = any(c.delete_ratio > policy.delete_ratio for c in members)
             if len(members) >= policy.min_input_files or dv_heavy:

@@ -26,15 +26,18 @@ BUCKETS = 2
 COLUMNS = ["id", "status", "version"]
 
 
-def _appends(table: Table, count: int, first: int = 0) -> list[tuple[int, str, int]]:
-    """``count`` appends of one small file per bucket."""
+def _appends(
+    table: Table, count: int, first: int = 0, buckets: int = BUCKETS
+) -> list[tuple[int, str, int]]:
+    """``count`` appends of one small file in each of the first ``buckets`` buckets."""
     rows: list[tuple[int, str, int]] = []
     for b in range(first, first + count):
         batch = [(b * 1000 + i, f"s{i}", b) for i in range(20)]
-        rows += batch
         written = write_partitioned(table, [dict(zip(COLUMNS, r)) for r in batch])
         assert len(written) == BUCKETS
-        table.commit_or_raise(FastAppend(tuple(f for f, _ in written)))
+        kept = written[:buckets]
+        rows += [tuple(r[c] for c in COLUMNS) for _, members in kept for r in members]
+        table.commit_or_raise(FastAppend(tuple(f for f, _ in kept)))
     return rows
 
 
@@ -111,3 +114,19 @@ def test_the_threshold_is_at_least_min_input_files_and_0_turns_it_off(tmp_path):
     _appends(stream, 1, first=4)
     report = maintainer.after_batch()
     assert report is not None and [j.job for j in report.jobs] == ["compact"]
+
+
+def test_only_the_partitions_that_made_it_due_are_compacted(tmp_path):
+    stream, maintainer = _setup(tmp_path, "inline_compact_files = 4")
+    rows = _appends(stream, 1)
+    assert maintainer.after_batch() is not None  # the interval's first pass
+    rows += _appends(stream, 2, first=1)  # 3 small files in each bucket
+    rows += _appends(stream, 1, first=3, buckets=1)  # a 4th in one bucket only
+    report = maintainer.after_batch()
+    assert report is not None and report.summary()["groups_committed"] == 1
+    # The due bucket is one file; the other keeps its 3 (min_input_files = 2 would have
+    # rewritten them in a pass of the interval).
+    assert _files_per_bucket(maintainer.table) == [1, 3]
+    table = maintainer.table.refresh()
+    for name, reader in ALL_READERS.items():
+        assert reader(table.metadata_location, COLUMNS) == sorted(rows), name

@@ -59,6 +59,17 @@ def test_a_partition_with_small_files_counts_one_partition_and_spec_at_a_time() 
     assert not partition_with_small_files([], POLICY, 1)
 
 
+def test_due_small_files_plans_only_the_partitions_holding_that_many() -> None:
+    files = [_file(f"a{i}", 10 * MB) for i in range(4)] + [
+        _file(f"b{i}", 10 * MB, partition=("b",)) for i in range(3)
+    ]  # fmt: skip
+    due = dataclasses.replace(POLICY, due_small_files=4)
+    assert [g.partition for g in plan_compaction(files, {}, POLICY)] == [("a",), ("b",)]
+    assert [g.partition for g in plan_compaction(files, {}, due)] == [("a",)]
+    with pytest.raises(ValueError, match="due_small_files"):
+        dataclasses.replace(POLICY, due_small_files=-1)
+
+
 def test_bad_policies_are_refused() -> None:
     for bad in (
         {"target_file_bytes": 0},

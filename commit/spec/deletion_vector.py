@@ -28,6 +28,11 @@ DV_MAGIC = b"\xd1\xd3\x39\x64"
 # Reserved field id of the ``_pos`` metadata column; Java lists it in the blob's fields.
 ROW_POSITION_FIELD_ID = 2147483645
 PROPERTY_REFERENCED_DATA_FILE = "referenced-data-file"
+#: Reserved field id of a position delete's ``file_path`` column. A DV's manifest entry
+#: carries the referenced data file as that column's lower and upper bound (as
+#: file-scoped position-delete files do), so readers that match delete files to data
+#: files by those bounds (pyiceberg) apply each DV to its own data file only.
+DELETE_FILE_PATH_FIELD_ID = 2147483546
 PROPERTY_CARDINALITY = "cardinality"
 
 # Positions must keep the sign bit clear (spec); Iceberg Java also caps the key at
@@ -230,3 +235,9 @@ def read_dvs(puffin_bytes: bytes, source: str) -> dict[str, BitMap64]:
             None if declared is None else int(declared),
         )
     return out
+
+
+def referenced_file_bounds(data_file_path: str) -> dict[int, bytes]:
+    """The ``file_path`` bound of a DV's manifest entry (lower = upper, the path's UTF-8
+    bytes: Iceberg's single-value serialization of a string)."""
+    return {DELETE_FILE_PATH_FIELD_ID: data_file_path.encode("utf-8")}

@@ -43,6 +43,7 @@ from calving.commit.spec.data_file import (
     ManifestEntry,
     ManifestFile,
 )
+from calving.commit.spec.deletion_vector import referenced_file_bounds
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.row_lineage import rows_to_assign
@@ -149,6 +150,8 @@ class SnapshotProducer:
                     record_count=blob.cardinality,
                     file_size_in_bytes=len(puffin),
                     referenced_data_file=target.file_path,
+                    lower_bounds=referenced_file_bounds(target.file_path),
+                    upper_bounds=referenced_file_bounds(target.file_path),
                     content_offset=blob.content_offset,
                     content_size_in_bytes=blob.content_size_in_bytes,
                     spec_id=target.spec_id,

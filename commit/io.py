@@ -100,7 +100,7 @@ class OutputStream(Protocol):
 
 def scheme_of(location: str) -> str:
     """``file`` for local locations (URI or bare absolute path), else the URI scheme."""
-    if location.startswith("/"):
+    if location.startswith(("/", "file:")):
         return LOCAL_SCHEME
     scheme = urlparse(location).scheme.lower()
     if not scheme:

@@ -13,7 +13,6 @@ it for a landed commit. A commit in flight writes files before it swaps; the saf
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import time
@@ -66,13 +65,17 @@ def is_catalog_version_file(location: str) -> bool:
     return _FILESYSTEM_CATALOG_FILE.search(location) is not None
 
 
-@functools.lru_cache(maxsize=1 << 16)
 def canonical(location: str) -> str:
     """One form per file: local paths normalized (``a//b`` is ``a/b`` there); object
-    store keys are literal (``a//b`` and ``a/b`` are different keys)."""
-    if scheme_of(location) == LOCAL_SCHEME:
-        return os.path.normpath(local_path(location))
-    return location
+    store keys are literal (``a//b`` and ``a/b`` are different keys). A path with no
+    empty, ``.`` or ``..`` part (what calving writes) is its own normal form, so only
+    the others pay for ``os.path.normpath`` (it runs for every file a table reaches)."""
+    if scheme_of(location) != LOCAL_SCHEME:
+        return location
+    path = local_path(location)
+    if not path or path.startswith(".") or "//" in path or "/." in path or path.endswith("/"):
+        return os.path.normpath(path)
+    return path
 
 
 def find_orphans(

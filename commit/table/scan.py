@@ -261,7 +261,7 @@ def files_reached(io: FileIO, metadata: TableMetadata, snapshots: Iterable[Snaps
             out.add(snap.summary[POSITION_MAP])
         for mf in manifest_files(io, snap):
             if mf.manifest_path in out:
-                continue  # shared with a snapshot already visited: its entries are in
+                continue  # shared with a snapshot already visited: its files are in `out`
             out.add(mf.manifest_path)
             for e in manifest_entries(io, metadata, mf):
                 if e.status != EntryStatus.DELETED:

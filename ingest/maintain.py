@@ -53,10 +53,6 @@ def rewriter_for(
     return OneByOne(local_rewrite(table.io, target))
 
 
-#: The jobs of an inline pass due by file count rather than by the interval.
-COMPACTION_ONLY = ("compact",)
-
-
 def compaction_due(config: MaintenanceConfig, io: FileIO, metadata: TableMetadata) -> bool:
     """A partition of ``metadata``'s current snapshot holds at least
     ``config.compact_files_threshold`` small files (and that threshold is on). Reads
@@ -107,28 +103,27 @@ class Maintainer:
         dry_run: bool = False,
         budget_s: float | None = None,
         inline: bool = False,
-        jobs: tuple[str, ...] | None = None,
+        by_file_count: bool = False,
     ) -> MaintenanceReport:
         """One pass. ``inline``: run by the stream's own driver between its batches, so
         no commit of the stream can come between the pass's commits: no pause.
-        ``jobs``: only these (a compaction due by file count: the partitions holding
-        ``compact_files_threshold`` small files, committed as one snapshot); such a
-        pass does not count as the interval's pass."""
+        ``by_file_count``: the compaction alone, of the partitions holding
+        ``compact_files_threshold`` small files, committed as one snapshot; such a pass
+        does not count as the interval's pass."""
         started = time.monotonic()
-        if jobs is None:
+        if not by_file_count:
             self.last_started = started
         deadline = None if budget_s is None else started + budget_s
         policy = self.config.policy
         if inline:
             policy = dataclasses.replace(policy, commit_pause_s=0.0)
-        if jobs is not None:
-            # Due by file count: the partitions that made it due, in one snapshot.
+        if by_file_count:
             compaction = dataclasses.replace(
                 policy.compaction,
                 max_commits=1,
                 due_small_files=self.config.compact_files_threshold,
             )
-            policy = dataclasses.replace(policy, jobs=jobs, compaction=compaction)
+            policy = dataclasses.replace(policy, jobs=("compact",), compaction=compaction)
         report = run_maintenance(
             self.table,
             policy,
@@ -159,16 +154,15 @@ class Maintainer:
             return self.inline_pass(self.config.inline_budget_s)
         current = self.stream_metadata
         if current is not None and compaction_due(self.config, self.table.io, current()):
-            return self.inline_pass(self.config.inline_budget_s, jobs=COMPACTION_ONLY)
+            return self.inline_pass(self.config.inline_budget_s, by_file_count=True)
         return None
 
-    def inline_pass(
-        self, budget_s: float, jobs: tuple[str, ...] | None = None
-    ) -> MaintenanceReport | None:
-        """A pass from the stream's driver within ``budget_s`` (``jobs``: only these);
-        None if it raised (logged: inline maintenance never fails the stream)."""
+    def inline_pass(self, budget_s: float, by_file_count: bool = False) -> MaintenanceReport | None:
+        """A pass from the stream's driver within ``budget_s`` (``by_file_count``: the
+        compaction due by file count, see ``run_pass``); None if it raised (logged:
+        inline maintenance never fails the stream)."""
         try:
-            report = self.run_pass(budget_s=budget_s, inline=True, jobs=jobs)
+            report = self.run_pass(budget_s=budget_s, inline=True, by_file_count=by_file_count)
         except Exception:  # inline maintenance must never fail the stream
             log.warning("inline maintenance of %s failed", self.table.name, exc_info=True)
             return None

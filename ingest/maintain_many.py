@@ -21,7 +21,7 @@ from typing import Any
 from calving.commit.maintenance.run import MaintenanceReport
 from calving.commit.table.table import Table
 from calving.ingest.config.maintenance import MaintenanceConfig
-from calving.ingest.maintain import COMPACTION_ONLY, Maintainer, compaction_due, rewriter_for
+from calving.ingest.maintain import Maintainer, compaction_due, rewriter_for
 from calving.ingest.metrics.exposition import Registry
 from calving.ingest.metrics.maintenance import MaintenanceMetrics, maintenance_families
 from calving.ingest.sink.many.sink import ManyTablesSink
@@ -127,7 +127,7 @@ class ManyMaintainer:
                 self.config, self.sink.io, routed.table.metadata
             ):
                 continue
-            passes[name] = self._maintainer(name).inline_pass(left, jobs=COMPACTION_ONLY)
+            passes[name] = self._maintainer(name).inline_pass(left, by_file_count=True)
         return passes
 
     def _maintainer(self, name: str) -> Maintainer:

@@ -61,6 +61,11 @@ class CompactionPolicy:
         if self.due_small_files < 0:
             raise ValueError(f"due_small_files must be >= 0, got {self.due_small_files}")
 
+    @property
+    def small_file_bytes(self) -> float:
+        """A file below this many bytes is small."""
+        return self.target_file_bytes * self.small_file_fraction
+
 
 @dataclass(frozen=True)
 class Candidate:
@@ -107,7 +112,7 @@ def partition_with_small_files(
     """Some partition (of any spec) holds at least ``count`` small files (below
     ``small_file_fraction`` of the target): what makes an inline compaction due by file
     count. Stops at the first such partition."""
-    small = policy.target_file_bytes * policy.small_file_fraction
+    small = policy.small_file_bytes
     counts: dict[tuple[int, tuple[Any, ...]], int] = {}
     for f in files:
         if f.file_size_in_bytes < small:
@@ -123,7 +128,7 @@ def plan_compaction(
     files: Iterable[DataFile], deleted_rows: Mapping[str, int], policy: CompactionPolicy
 ) -> list[RewriteGroup]:
     """Rewrite groups for the live ``files`` (``deleted_rows``: DV cardinality by path)."""
-    small = policy.target_file_bytes * policy.small_file_fraction
+    small = policy.small_file_bytes
     by_partition: dict[tuple[int, tuple[Any, ...]], list[Candidate]] = {}
     for f in files:
         c = Candidate(f, deleted_rows.get(f.file_path, 0))

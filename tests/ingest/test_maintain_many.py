@@ -33,13 +33,13 @@ class FakeClock:
         return self.now
 
 
-#: The passes the fake maintainers ran: (table, jobs; None for all of them).
-Jobs = list[tuple[str, "tuple[str, ...] | None"]]
+#: The passes the fake maintainers ran: (table, due by file count rather than interval).
+Jobs = list[tuple[str, bool]]
 
 
 class FakeMaintainer:
-    """Records its passes (budget, and jobs in ``jobs``); each pass takes ``cost``
-    seconds of the fake clock."""
+    """Records its passes (budget, and whether due by file count in ``jobs``); each
+    pass takes ``cost`` seconds of the fake clock."""
 
     def __init__(
         self,
@@ -52,9 +52,9 @@ class FakeMaintainer:
         self.name, self.clock, self.calls, self.cost = name, clock, calls, cost
         self.jobs = jobs if jobs is not None else []
 
-    def inline_pass(self, budget_s: float, jobs: tuple[str, ...] | None = None) -> Any:
+    def inline_pass(self, budget_s: float, by_file_count: bool = False) -> Any:
         self.calls.append((self.name, budget_s))
-        self.jobs.append((self.name, jobs))
+        self.jobs.append((self.name, by_file_count))
         self.clock.now += self.cost
         return SimpleNamespace(ok=True)
 
@@ -117,19 +117,19 @@ def test_between_rounds_a_table_due_by_file_count_gets_a_compaction_alone(monkey
     mm._maintainer = lambda name: FakeMaintainer(name, clock, calls, 1.0, jobs)  # type: ignore[method-assign]  # passes without tables
     mm.after_batch()  # the first round: full passes of a and b
     assert sorted(n for n, _ in calls) == ["a", "b"] and mm.waiting == {}
-    assert [j for _, j in jobs] == [None, None]
+    assert [j for _, j in jobs] == [False, False]
 
     jobs.clear()
     sink.history.append(SimpleNamespace(committed=["a", "b", "c"]))
     clock.now += 5  # within the interval: no round, but b is due by its files
     passes = mm.after_batch()
-    assert list(passes) == ["b"] and jobs == [("b", ("compact",))]
+    assert list(passes) == ["b"] and jobs == [("b", True)]
     assert sorted(mm.waiting) == ["a", "b", "c"]  # the round's other jobs are still due
 
     jobs.clear()
     clock.now += 30  # the next round: full passes again
     mm.after_batch()
-    assert sorted(n for n, _ in jobs) == ["a", "b", "c"] and {j for _, j in jobs} == {None}
+    assert sorted(n for n, _ in jobs) == ["a", "b", "c"] and {j for _, j in jobs} == {False}
 
 
 @pytest.mark.integration

@@ -2,7 +2,11 @@
 
 ``keys``: canonical key encoding and hashing; ``pk_index``: the columnar index;
 ``index_file``: its file format; ``store``: saving it with the table, loading,
-rebuilding and catching up; ``shards``: the index split into shard files by key hash.
+rebuilding and catching up; ``shards``: the index split into shard files by key hash
+and the manifest naming them; sharded mode (the driver holding no key): ``shard_chain``
+(a shard's base and delta files), ``shard_lookup`` (a batch's step per shard, run by a
+task, and the worker's cache), ``shard_rebuild`` (shards rebuilt in-process) and
+``sharded`` (the driver's side: the manifest, the batch's split by shard, the commit).
 """
 
 from calving.commit.index.index_file import UnreadableIndexError

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,13 +88,17 @@ def write_entries(
     keys: Keys,
     file_index: np.ndarray,
     positions: np.ndarray,
+    *,
+    extra: Mapping[str, pa.Array] | None = None,
 ) -> None:
-    """Write entries as a format 2 index file (framing, Arrow IPC payload, CRC-32)."""
+    """Write entries as a format 2 index file (framing, Arrow IPC payload, CRC-32);
+    ``extra`` columns follow the three of every index file (a shard delta's)."""
     table = pa.table(
         {
             "key": keys.to_arrow(),
             "file": pa.array(file_index, pa.uint32()),
             "position": pa.array(positions, pa.uint32()),
+            **(extra or {}),
         },
     ).replace_schema_metadata(header)
     options = pa.ipc.IpcWriteOptions(compression="zstd")

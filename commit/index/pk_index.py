@@ -283,6 +283,20 @@ class PrimaryKeyIndex:
         pos = np.arange(n, dtype=np.uint32) if pos64 is None else pos64.astype(np.uint32)
         return encoded, pos, rows
 
+    def add_encoded(self, file_path: str, keys: Keys, positions: Any, row_count: int) -> None:
+        """``add_file`` for keys already encoded (a shard delta's entries): row ``i`` of
+        ``keys`` is at ``positions[i]`` of a file of ``row_count`` rows."""
+        if file_path in self._ids:
+            raise IndexUpdateError(f"{file_path}: already in the primary-key index")
+        pos = _as_positions(positions)
+        if len(pos) != len(keys):
+            raise IndexUpdateError(f"{file_path}: {len(keys)} keys but {len(pos)} positions")
+        if len(pos) and int(pos.max()) >= row_count:
+            raise IndexUpdateError(f"{file_path}: position beyond the file's {row_count} rows")
+        if isinstance(keys, IntKeys) != self.codec.int_mode:
+            raise IndexUpdateError("key column kind does not fit the key types")
+        self._add_encoded(file_path, keys, pos.astype(np.uint32), row_count)
+
     def _add_encoded(self, file_path: str, keys: Keys, positions: np.ndarray, rows: int) -> None:
         fid = self._new_file_id(file_path, rows, len(keys))
         hashes = self.hasher.hash(keys)
@@ -304,6 +318,15 @@ class PrimaryKeyIndex:
                 f"{file_path}: position {int(pos.max())} beyond its {self._file_rows[fid]} rows"
             )
         self._tomb_pending.append((np.uint64(fid) << np.uint64(32)) | pos.astype(np.uint64))
+
+    def rename_file(self, old: str, new: str) -> None:
+        """The file ``old`` is now at ``new`` (the same rows at the same positions)."""
+        fid = self._require(old)
+        if new in self._ids:
+            raise IndexUpdateError(f"{new}: already in the primary-key index")
+        del self._ids[old]
+        self._ids[new] = fid
+        self._paths[fid] = new
 
     def remove_file(self, file_path: str) -> None:
         """Forget every row of a data file the table no longer holds."""
@@ -341,7 +364,10 @@ class PrimaryKeyIndex:
 
     def lookup(self, keys: pa.Table | pa.RecordBatch) -> Matches:
         """Every live (file, position) of each key; vectorized over the batch."""
-        encoded = self.codec.encode(keys)
+        return self.lookup_encoded(self.codec.encode(keys))
+
+    def lookup_encoded(self, encoded: Keys) -> Matches:
+        """``lookup`` for keys already encoded by this index's codec."""
         n = len(encoded)
         self._settle()
         hashes = self.hasher.hash(encoded)

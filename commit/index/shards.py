@@ -107,11 +107,15 @@ def manifest_file_location(table_location: str, snapshot_id: int | None) -> str:
 
 @dataclass(frozen=True)
 class ShardFile:
-    """One shard's file and the entries it holds."""
+    """One shard: its base file, the delta files applied over it in order (the commits
+    since the base, ``shard_chain``), and the live entries the whole holds."""
 
     shard: int
     location: str
     entries: int
+    #: The snapshot the base file says it describes (its header's).
+    base_snapshot: int | None
+    deltas: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,10 @@ class ShardManifest:
     files: tuple[tuple[str, int], ...]  # the snapshot's live data files, row counts
     shards: tuple[ShardFile, ...]  # one per shard, in shard order
     shard_function: str = SHARD_FUNCTION
+    #: (chain file, old path, new path): a data file a chain's file names by a path
+    #: the commit did not keep (a row-lineage copy replaced it), while that file is
+    #: in a chain.
+    aliases: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def entries(self) -> int:
@@ -141,7 +149,8 @@ class ShardManifest:
                 "shard-count": self.shard_count,
                 "shard-function": self.shard_function,
                 "files": [[p, n] for p, n in self.files],
-                "shards": [[s.shard, s.location, s.entries] for s in self.shards],
+                "shards": [_encode_shard(s, self.snapshot_id) for s in self.shards],
+                "aliases": [list(a) for a in self.aliases],
             },
             separators=(",", ":"),
         ).encode()
@@ -161,8 +170,9 @@ class ShardManifest:
                 key_types=tuple(primitive_from_string(t) for t in doc["key-types"]),
                 shard_count=check_shard_count(int(doc["shard-count"]), "shard-count"),
                 files=tuple((str(p), int(n)) for p, n in doc["files"]),
-                shards=tuple(ShardFile(int(s), str(loc), int(n)) for s, loc, n in doc["shards"]),
+                shards=tuple(_decode_shard(s, snapshot) for s in doc["shards"]),
                 shard_function=str(doc["shard-function"]),
+                aliases=tuple((str(c), str(o), str(n)) for c, o, n in doc.get("aliases", ())),
             )
         except (KeyError, ValueError, TypeError, CalvingError) as err:
             raise UnreadableIndexError(location, f"shard manifest is malformed: {err}") from None
@@ -175,6 +185,29 @@ class ShardManifest:
                 location, f"unknown shard function {manifest.shard_function!r}"
             )
         return manifest
+
+
+def _encode_shard(shard: ShardFile, snapshot_id: int | None) -> list[Any]:
+    """``[shard, base, entries]`` for a base of the manifest's snapshot alone, else
+    ``[shard, base, entries, base snapshot, [deltas]]``."""
+    entry: list[Any] = [shard.shard, shard.location, shard.entries]
+    if shard.deltas or shard.base_snapshot != snapshot_id:
+        entry += [shard.base_snapshot, list(shard.deltas)]
+    return entry
+
+
+def _decode_shard(entry: Sequence[Any], snapshot_id: int | None) -> ShardFile:
+    if len(entry) == 3:
+        s, location, entries = entry
+        return ShardFile(int(s), str(location), int(entries), snapshot_id)
+    s, location, entries, base, deltas = entry
+    return ShardFile(
+        int(s),
+        str(location),
+        int(entries),
+        None if base is None else int(base),
+        tuple(str(d) for d in deltas),
+    )
 
 
 def write_manifest(io: FileIO, manifest: ShardManifest, table_location: str) -> str:
@@ -230,16 +263,7 @@ def write_shard(
     present[file_index] = True
     used = np.flatnonzero(present)
     local = (np.cumsum(present) - 1)[file_index]
-    md = file_header(
-        header.table_uuid,
-        header.snapshot_id,
-        header.key_field_ids,
-        header.key_types,
-        [files[int(i)] for i in used],
-    )
-    md[_MD_SHARD] = str(header.shard)
-    md[_MD_SHARDS] = str(header.shard_count)
-    md[_MD_FUNCTION] = SHARD_FUNCTION
+    md = shard_metadata(header, [files[int(i)] for i in used])
     location = shard_file_location(table_location, header.snapshot_id, header.shard)
     write_entries(
         io,
@@ -249,52 +273,109 @@ def write_shard(
         local.astype(np.uint32),
         np.asarray(positions, np.uint32)[order],
     )
-    return ShardFile(header.shard, location, len(keys))
+    return ShardFile(header.shard, location, len(keys), header.snapshot_id)
 
 
 def read_shard(
     io: FileIO, manifest: ShardManifest, shard: ShardFile, file_ids: dict[str, int]
 ) -> tuple[Keys, np.ndarray, np.ndarray]:
-    """(keys, file indexes into ``manifest.files``, positions) of one shard, once the
-    file is checked against the manifest (``file_ids``: path -> index in it)."""
+    """(keys, file indexes into ``manifest.files``, positions) of one shard without
+    deltas, once the file is checked against the manifest (``file_ids``: path -> index
+    in it). A shard with deltas is read by ``shard_chain.load_chain``."""
+    if shard.deltas:
+        raise ValueError(f"shard {shard.shard} has deltas; read it with load_chain")
+    header, keys, local, positions = read_base(io, manifest, shard, file_ids)
+    if len(keys) != shard.entries:
+        raise UnreadableIndexError(
+            shard.location, f"{len(keys)} entries, the manifest says {shard.entries}"
+        )
+    global_ids = np.array([file_ids[p] for p, _ in header.files], np.uint32)
+    return keys, global_ids[local], positions
+
+
+def read_base(
+    io: FileIO,
+    manifest: ShardManifest,
+    shard: ShardFile,
+    file_ids: dict[str, int],
+    *,
+    allow_gone: bool = False,
+) -> tuple[IndexHeader, Keys, np.ndarray, np.ndarray]:
+    """(header, keys, file indexes into the header's file table, positions) of a
+    shard's base file, checked against the manifest: the shard number, ``S``, function,
+    table, key and base snapshot it names, and that every file of its file table is a
+    live file of the manifest with as many rows (``allow_gone``: or not in the manifest
+    at all, for a chain whose deltas delete those files' entries)."""
     location = shard.location
     table = read_index_table(io, location)
     md = table.schema.metadata or {}
+    header = check_shard_header(location, md, manifest, shard.shard)
+    if header.snapshot_id != shard.base_snapshot:
+        raise UnreadableIndexError(
+            location,
+            f"shard of snapshot {header.snapshot_id}, the manifest names a base of "
+            f"snapshot {shard.base_snapshot}",
+        )
+    keys, local, positions = read_entries(location, table)
+    check_file_table(location, header.files, manifest, file_ids, allow_gone=allow_gone)
+    if len(local) and int(local.max()) >= len(header.files):
+        raise UnreadableIndexError(location, "an entry names a file beyond the file table")
+    return header, keys, local, positions
+
+
+def check_shard_header(
+    location: str, md: dict[bytes, bytes], manifest: ShardManifest, shard: int
+) -> IndexHeader:
+    """The header of a shard's file (base or delta), once it names this shard of the
+    manifest's table, key, ``S`` and function."""
     header = IndexHeader.parse(location, md)
     said = (md.get(_MD_SHARD), md.get(_MD_SHARDS), md.get(_MD_FUNCTION))
-    wanted = (str(shard.shard).encode(), str(manifest.shard_count).encode())
+    wanted = (str(shard).encode(), str(manifest.shard_count).encode())
     if said != (*wanted, SHARD_FUNCTION.encode()):
         raise UnreadableIndexError(
             location,
             f"shard file says shard {said[0]!r} of {said[1]!r} ({said[2]!r}), the manifest "
-            f"shard {shard.shard} of {manifest.shard_count} ({SHARD_FUNCTION})",
+            f"shard {shard} of {manifest.shard_count} ({SHARD_FUNCTION})",
         )
-    if (header.table_uuid, header.snapshot_id, header.key_field_ids) != (
+    if (header.table_uuid, header.key_field_ids) != (
         manifest.table_uuid,
-        manifest.snapshot_id,
         manifest.key_field_ids,
     ):
         raise UnreadableIndexError(
             location,
-            f"shard of table {header.table_uuid} snapshot {header.snapshot_id}, the "
-            f"manifest names table {manifest.table_uuid} snapshot {manifest.snapshot_id}",
+            f"shard of table {header.table_uuid} key {header.key_field_ids}, the manifest "
+            f"names table {manifest.table_uuid} key {manifest.key_field_ids}",
         )
-    keys, local, positions = read_entries(location, table)
-    if len(keys) != shard.entries:
-        raise UnreadableIndexError(
-            location, f"{len(keys)} entries, the manifest says {shard.entries}"
-        )
-    global_ids = np.empty(len(header.files), np.uint32)
-    for i, (path, rows) in enumerate(header.files):
+    return header
+
+
+def check_file_table(
+    location: str,
+    files: Sequence[tuple[str, int]],
+    manifest: ShardManifest,
+    file_ids: dict[str, int],
+    *,
+    allow_gone: bool = False,
+) -> None:
+    for path, rows in files:
         at = file_ids.get(path)
+        if at is None and allow_gone:
+            continue
         if at is None or manifest.files[at][1] != rows:
             raise UnreadableIndexError(
                 location, f"{path}: not a live data file of {rows} rows in the manifest"
             )
-        global_ids[i] = at
-    if len(local) and int(local.max()) >= len(global_ids):
-        raise UnreadableIndexError(location, "an entry names a file beyond the file table")
-    return keys, global_ids[local], positions
+
+
+def shard_metadata(header: ShardHeader, files: Sequence[tuple[str, int]]) -> dict[bytes, str]:
+    """The schema metadata of a shard's file (base or delta) over ``files``."""
+    md = file_header(
+        header.table_uuid, header.snapshot_id, header.key_field_ids, header.key_types, files
+    )
+    md[_MD_SHARD] = str(header.shard)
+    md[_MD_SHARDS] = str(header.shard_count)
+    md[_MD_FUNCTION] = SHARD_FUNCTION
+    return md
 
 
 # ---------------------------------------------------------------- driver index <-> shards

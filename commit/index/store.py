@@ -317,7 +317,7 @@ def build_from_table(
         **options,
     )
     live = scan.live_files(io, metadata, metadata.current_snapshot)
-    for f in _read_live_keys(io, live, sorted(live.data), ids, max_workers):
+    for f in read_live_keys(io, live, sorted(live.data), ids, max_workers):
         index.add_file(f.path, f.keys, positions=f.positions, row_count=f.row_count)
     index.compact()
     return index
@@ -355,8 +355,34 @@ def catch_up(
     ids, types = key_spec(metadata, index.key_field_ids)
     if old is None:  # already at the current snapshot
         return index
-    new = scan.live_files(io, metadata, metadata.current_snapshot)
+    diff = diff_snapshots(io, old, scan.live_files(io, metadata, metadata.current_snapshot))
+    removed, deletes, added, new = diff.removed, diff.deletes, diff.added, diff.new
+    # Read everything first: a failure leaves the index as it was.
+    fresh = read_live_keys(io, new, added, ids, max_workers)
+    for path in removed:
+        index.remove_file(path)
+    for path, positions in deletes.items():
+        index.delete_positions(path, positions)
+    for f in fresh:
+        index.add_file(f.path, f.keys, positions=f.positions, row_count=f.row_count)
+    index.promote_key_types(types)
+    index.snapshot_id = target
+    return index
 
+
+@dataclass(frozen=True)
+class SnapshotDiff:
+    """What changed between two snapshots' live files, as an index applies it: files
+    removed, positions newly deleted in files both hold, and files added (a file whose
+    deleted rows came back, as after a rollback, is both removed and added)."""
+
+    removed: list[str]
+    deletes: dict[str, np.ndarray]
+    added: list[str]
+    new: scan.LiveFiles
+
+
+def diff_snapshots(io: FileIO, old: scan.LiveFiles, new: scan.LiveFiles) -> SnapshotDiff:
     removed = [p for p in old.data if p not in new.data]
     added = sorted(p for p in new.data if p not in old.data)
     deletes: dict[str, np.ndarray] = {}
@@ -371,17 +397,7 @@ def catch_up(
             added.append(path)
         else:
             deletes[path] = _bitmap_positions(now - was)
-    # Read everything first: a failure leaves the index as it was.
-    fresh = _read_live_keys(io, new, added, ids, max_workers)
-    for path in removed:
-        index.remove_file(path)
-    for path, positions in deletes.items():
-        index.delete_positions(path, positions)
-    for f in fresh:
-        index.add_file(f.path, f.keys, positions=f.positions, row_count=f.row_count)
-    index.promote_key_types(types)
-    index.snapshot_id = target
-    return index
+    return SnapshotDiff(removed, deletes, added, new)
 
 
 def _incremental_base(
@@ -424,7 +440,7 @@ def _bitmap_positions(bitmap: Any) -> np.ndarray:
     return np.frombuffer(bitmap.to_array(), np.uint64).astype(np.int64)
 
 
-def _read_live_keys(
+def read_live_keys(
     io: FileIO,
     live: scan.LiveFiles,
     paths: Sequence[str],

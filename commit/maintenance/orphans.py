@@ -4,7 +4,8 @@ and that are older than a safety age.
 Referenced: the current metadata file and those in its metadata log, every kept
 snapshot's manifest list, manifests and the data and delete (DV) files their live
 entries name, rewrite position maps, statistics and partition-statistics files, the primary-key index and the
-column-sketch cache the table properties name. Never deleted, whatever their age: the
+column-sketch cache the table properties name, and the base and delta files of the
+index shards the named shard manifest lists. Never deleted, whatever their age: the
 filesystem catalog's version files (``v<N>.metadata.json``, ``version-hint.text``): a
 writer that read an old version could otherwise re-create a deleted ``v<N+1>`` and take
 it for a landed commit. A commit in flight writes files before it swaps; the safety age
@@ -13,17 +14,22 @@ it for a landed commit. A commit in flight writes files before it swaps; the saf
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import time
 from dataclasses import dataclass, field
 
-from calving.commit.errors import Terminal
+from calving.commit.errors import CorruptFileError, FileNotFoundInTableError, Terminal
+from calving.commit.index.sharded import MANIFEST_SUFFIX
+from calving.commit.index.shards import read_manifest
 from calving.commit.index.store import INDEX_LOCATION_PROPERTY
 from calving.commit.io import LOCAL_SCHEME, FileIO, ListedFile, local_path, scheme_of
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
 from calving.commit.table import scan
+
+log = logging.getLogger(__name__)
 
 DEFAULT_SAFETY_AGE_MS = 3 * 24 * 3600 * 1000
 _FILESYSTEM_CATALOG_FILE = re.compile(r"/metadata/(v\d+\.metadata\.json|version-hint\.text)$")
@@ -53,11 +59,25 @@ def referenced_files(io: FileIO, metadata: TableMetadata, metadata_location: str
     out.update(s.statistics_path for s in metadata.statistics)
     out.update(str(s.get("statistics-path")) for s in metadata.partition_statistics)
     props = TableProperties(metadata.properties)
-    for extra in (props.file_sketches, metadata.properties.get(INDEX_LOCATION_PROPERTY)):
+    index = metadata.properties.get(INDEX_LOCATION_PROPERTY)
+    for extra in (props.file_sketches, index):
         if extra:
             out.add(extra)
+    if index and index.endswith(MANIFEST_SUFFIX):
+        out.update(_shard_files(io, index))
     out.update(scan.files_reached(io, metadata, metadata.snapshots))
     return {canonical(loc) for loc in out}
+
+
+def _shard_files(io: FileIO, manifest_location: str) -> list[str]:
+    """The base and delta files of every shard the sharded index's manifest names. A
+    manifest that cannot be read names none: its shards are rebuilt when next used."""
+    try:
+        manifest = read_manifest(io, manifest_location)
+    except (CorruptFileError, FileNotFoundInTableError) as err:
+        log.warning("orphans: the index shard manifest is not readable: %s", err)
+        return []
+    return [f for s in manifest.shards for f in (s.location, *s.deltas)]
 
 
 def is_catalog_version_file(location: str) -> bool:

@@ -121,6 +121,17 @@ ROW_LINEAGE_KEEP_ON_UPDATE = BoolProperty("calving.row-lineage.keep-on-update", 
 #: shards, merged on the driver) when the snapshot holds at least this many live rows;
 #: 0: always, when a Spark session is at hand.
 INDEX_EXECUTOR_REBUILD_ROWS = IntProperty("calving.index.executor-rebuild-rows", 10_000_000, 0)
+#: Where a keyed table's primary-key index lives: ``driver`` (one index in the driver
+#: process), ``sharded`` (shard files resolved by Spark tasks, the driver holding no
+#: per-key state), or ``auto``: sharded once the table holds
+#: ``calving.index.sharded-rows`` live rows when a stream starts.
+INDEX_MODE = ChoiceProperty("calving.index.mode", "auto", ("auto", "driver", "sharded"))
+INDEX_SHARDED_ROWS = IntProperty("calving.index.sharded-rows", 20_000_000, 0)
+#: Shards of a sharded index (a power of two; 0: chosen when sharding starts, about 2M
+#: keys a shard and at least two a core). Fixed once the shards exist.
+INDEX_SHARDS = IntProperty("calving.index.shards", 0, 0, 1 << 16)
+#: Delta files a shard's chain holds before its task writes a new base.
+INDEX_SHARD_DELTAS = IntProperty("calving.index.shard-deltas", 16, 0, 10_000)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
 #: refused until pyarrow can write Parquet VARIANT columns (see the reason).
 DEBEZIUM_JSON_TYPE = ChoiceProperty(
@@ -161,6 +172,10 @@ KNOWN: dict[str, Property] = {
         DEBEZIUM_JSON_TYPE,
         ROW_LINEAGE_KEEP_ON_UPDATE,
         INDEX_EXECUTOR_REBUILD_ROWS,
+        INDEX_MODE,
+        INDEX_SHARDED_ROWS,
+        INDEX_SHARDS,
+        INDEX_SHARD_DELTAS,
     )
 }
 
@@ -256,6 +271,28 @@ class TableProperties:
     @property
     def index_executor_rebuild_rows(self) -> int:
         return self._int(INDEX_EXECUTOR_REBUILD_ROWS)
+
+    @property
+    def index_mode(self) -> str:
+        raw = self._raw.get(INDEX_MODE.name)
+        return INDEX_MODE.default if raw is None else INDEX_MODE.parse(raw)
+
+    @property
+    def index_sharded_rows(self) -> int:
+        return self._int(INDEX_SHARDED_ROWS)
+
+    @property
+    def index_shards(self) -> int:
+        value = self._int(INDEX_SHARDS)
+        if value & (value - 1):
+            raise InvalidTablePropertyError(
+                f"table property {INDEX_SHARDS.name}={value}: want a power of two; {FIX_HINT}"
+            )
+        return value
+
+    @property
+    def index_shard_deltas(self) -> int:
+        return self._int(INDEX_SHARD_DELTAS)
 
     @property
     def debezium_json_type(self) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from calving.commit.spec.data_file import DataFile
-from calving.commit.spec.snapshot import updated_totals
+from calving.commit.spec.snapshot import Snapshot, updated_totals
 
 
 class SummaryCounters:
@@ -88,3 +88,16 @@ def snapshot_summary(
     summary.update(updated_totals(parent_summary, counters.total_deltas()))
     summary.update(extra)
     return summary
+
+
+def live_rows(snapshot: Snapshot | None) -> int | None:
+    """Live rows of a snapshot from its summary totals (records minus position
+    deletes; 0 without a snapshot, None when the summary lacks the totals): in a keyed
+    table calving writes, one per live key."""
+    if snapshot is None:
+        return 0
+    summary = snapshot.summary
+    try:
+        return int(summary["total-records"]) - int(summary.get("total-position-deletes", 0))
+    except (KeyError, ValueError):
+        return None

@@ -52,6 +52,8 @@ class RowDelta:
     rebase: Rebase | None = None
     #: More snapshot summary entries (e.g. the last source transaction committed).
     summary: Mapping[str, str] = field(default_factory=dict)
+    #: Table properties set in the same swap (e.g. the index manifest of the last commit).
+    properties: Mapping[str, str] = field(default_factory=dict)
 
     def plan(self, base: TableMetadata, io: FileIO, commit_id: str) -> Plan:
         check_schema_compatible(base, self.schema_id)
@@ -60,6 +62,7 @@ class RowDelta:
             return NoChange("offsets already committed (exactly-once replay)")
         summary, properties = step
         summary = {**summary, **self.summary}
+        properties = {**properties, **self.properties}
 
         deletes = {p: bm for p, bm in self.deletes.items() if len(bm)}
         if deletes:

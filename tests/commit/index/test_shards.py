@@ -177,10 +177,9 @@ def test_swapped_miscounted_or_foreign_shards_are_refused(sqlite_catalog: Any) -
     refused(replace(manifest, shards=s[:3]), "does not list shards 0..3")
     other = split_index(table.io, build_from_table(table.io, table.metadata), root, 8)[1].shards[:4]
     refused(replace(manifest, shards=other), "of b'8'")
-    # A shard of another snapshot under this manifest: the header disagrees.
-    driver.snapshot_id = table.metadata.snapshots[0].snapshot_id
-    foreign = split_index(table.io, driver, root, 4)[1].shards
-    refused(replace(manifest, shards=foreign), "snapshot")
+    # A base whose header names another snapshot than the manifest says it does.
+    older = table.metadata.snapshots[0].snapshot_id
+    refused(replace(manifest, shards=(replace(s[0], base_snapshot=older), *s[1:])), "snapshot")
 
 
 def test_shards_of_an_older_snapshot_do_not_load_as_current(sqlite_catalog: Any) -> None:

@@ -1,0 +1,235 @@
+"""Stage 2 of a keyed batch in sharded mode: one step per touched shard, run by a task.
+
+A step loads its shard (from the worker's cache when it holds the very chain the
+manifest names, else from the base and deltas), follows other writers' commits when the
+batch brings a ``ShardDiff``, resolves the batch's keys to the live (file, position) rows
+holding them, and writes the shard's next file: a delta with the batch's changes (the
+positions it deletes, the keys of its new files), or a new base once the chain holds
+``max_deltas`` deltas or after a catch-up. It returns the positions and the shard's new
+chain; the driver merges the positions into deletion vectors and names the chains in
+the next manifest. Nothing here knows Spark: the Spark job (``calving.ingest.sink.
+shard_stage``) and ``LocalResolver`` run the same ``resolve_shards``.
+
+The cache (``ShardCache``, one per Python process) is keyed by the chain's file names.
+Names are unique per content (a UUID each), so a cached shard is either the chain the
+manifest names or not used: a stale copy cannot be read. A step takes its shard out of
+the cache, changes it in place and puts it back under the chain it wrote; when the
+commit then fails, nothing names that chain and the entry ages out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from calving.commit.errors import FileNotFoundInTableError
+from calving.commit.index.index_file import UnreadableIndexError
+from calving.commit.index.keys import KeyCodec, Keys
+from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
+from calving.commit.index.shard_chain import (
+    AddedFile,
+    Deleted,
+    ShardDiff,
+    apply_aliases,
+    apply_changes,
+    catch_up_shard,
+    load_chain,
+    read_added,
+    write_base,
+    write_delta,
+)
+from calving.commit.index.shards import ShardFile, ShardHeader, ShardManifest
+from calving.commit.io import FileIO
+
+#: Bytes of shards a Python process keeps between batches (least recently used go).
+DEFAULT_CACHE_BYTES = 1 << 30
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    """What every step of one batch's stage 2 needs."""
+
+    table_location: str
+    #: The manifest the batch resolves on (its shards' chains as committed).
+    manifest: ShardManifest
+    #: The snapshot the batch resolves on: the manifest's, or where ``catch_up`` leads.
+    snapshot_id: int | None
+    #: Other writers' commits since the manifest's snapshot (every shard steps then).
+    catch_up: ShardDiff | None
+    io_properties: Mapping[str, str]
+    max_deltas: int = 16
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+
+
+@dataclass(frozen=True)
+class ShardRequest:
+    """One shard's part of a batch: the keys to find (encoded) and its new rows."""
+
+    shard: int
+    lookups: Keys
+    added: tuple[AddedFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    """One shard's step: lookup ``key_rows[j]`` (into the request's keys) is live at
+    ``positions[j]`` of ``files[file_index[j]]``; ``chain`` is the shard after the batch."""
+
+    chain: ShardFile
+    key_rows: np.ndarray  # int64
+    files: tuple[str, ...]
+    file_index: np.ndarray  # int64
+    positions: np.ndarray  # int64
+    cache_hit: bool
+    #: The new data files whose keys the step recorded in the shard.
+    added: tuple[str, ...] = ()
+    #: Why the shard's chain could not be read (nothing else is set then): the driver
+    #: rebuilds that shard and runs the batch's stage 2 again.
+    unreadable: str = ""
+
+
+class ShardResolver(Protocol):
+    """Runs a batch's stage 2 (the Spark job, or ``LocalResolver`` in-process)."""
+
+    def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]: ...
+
+
+# ---------------------------------------------------------------- the cache
+
+
+def _chain_key(chain: ShardFile) -> tuple[str, ...]:
+    return (chain.location, *chain.deltas)
+
+
+class ShardCache:
+    """Shards by chain, least recently used evicted past ``max_bytes``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, ...], PrimaryKeyIndex] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def take(self, chain: ShardFile) -> PrimaryKeyIndex | None:
+        with self._lock:
+            index = self._entries.pop(_chain_key(chain), None)
+            if index is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+            return index
+
+    def put(self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int) -> None:
+        with self._lock:
+            self._entries[_chain_key(chain)] = index
+            total = sum(i.nbytes for i in self._entries.values())
+            while len(self._entries) > 1 and total > max_bytes:
+                _, dropped = self._entries.popitem(last=False)
+                total -= dropped.nbytes
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+#: This process's shards (a reused Python worker keeps them across batches).
+CACHE = ShardCache()
+
+
+# ---------------------------------------------------------------- the steps
+
+
+def resolve_shards(job: ShardJob, requests: Iterable[ShardRequest]) -> Iterator[ShardResult]:
+    """Run the steps of ``requests`` (one task's share of a batch)."""
+    io = FileIO(dict(job.io_properties))
+    manifest = job.manifest
+    codec = KeyCodec(manifest.key_types, manifest.key_field_ids)
+    fresh = None
+    for request in requests:
+        if job.catch_up is not None and fresh is None:  # read once per task
+            fresh = read_added(io, job.catch_up, manifest.key_field_ids, codec)
+        yield resolve_one(io, job, request, fresh or [])
+
+
+def resolve_one(
+    io: FileIO,
+    job: ShardJob,
+    request: ShardRequest,
+    fresh: Sequence[tuple[str, int, Keys, np.ndarray]],
+) -> ShardResult:
+    manifest = job.manifest
+    chain = manifest.shards[request.shard]
+    index = CACHE.take(chain)
+    hit = index is not None
+    if index is None:
+        try:
+            index = load_chain(io, manifest, chain)
+        except (UnreadableIndexError, FileNotFoundInTableError) as err:
+            none = np.empty(0, np.int64)
+            return ShardResult(chain, none, (), none, none, False, unreadable=str(err))
+    else:
+        apply_aliases(index, manifest.aliases)
+    before = chain.entries
+    if job.catch_up is not None:
+        catch_up_shard(index, request.shard, manifest.shard_count, job.catch_up, fresh)
+        before = len(index)
+    matches = index.lookup_encoded(request.lookups)
+    used, file_index = np.unique(matches.file_ids, return_inverse=True)
+    paths = tuple(matches.paths[int(f)] for f in used)
+    deleted = Deleted(
+        tuple((p, index.file_row_count(p)) for p in paths),
+        request.lookups.take(matches.key_rows),
+        file_index.astype(np.int64),
+        matches.positions,
+    )
+    located = (file_index.astype(np.uint64) << np.uint64(32)) | matches.positions.astype(np.uint64)
+    after = before - len(np.unique(located)) + sum(len(f.positions) for f in request.added)
+    header = ShardHeader(
+        manifest.table_uuid,
+        job.snapshot_id,
+        manifest.key_field_ids,
+        manifest.key_types,
+        request.shard,
+        manifest.shard_count,
+    )
+    if job.catch_up is not None or len(chain.deltas) >= job.max_deltas:
+        apply_changes(index, request.added, deleted)
+        new = write_base(io, job.table_location, header, index)
+    elif len(deleted) or request.added:
+        location = write_delta(io, job.table_location, header, request.added, deleted)
+        apply_changes(index, request.added, deleted)
+        new = ShardFile(
+            chain.shard, chain.location, after, chain.base_snapshot, (*chain.deltas, location)
+        )
+    else:
+        new = chain
+    if new.entries != after:  # a base counts its entries; they must agree
+        raise IndexUpdateError(
+            f"shard {request.shard}: {new.entries} entries written, {after} expected"
+        )
+    CACHE.put(new, index, job.cache_bytes)
+    return ShardResult(
+        new,
+        matches.key_rows,
+        paths,
+        file_index.astype(np.int64),
+        matches.positions,
+        hit,
+        tuple(f.path for f in request.added),
+    )
+
+
+@dataclass(frozen=True)
+class LocalResolver:
+    """Stage 2 in this process (tests, and tables without a Spark session)."""
+
+    def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
+        return list(resolve_shards(job, requests))

@@ -1,0 +1,445 @@
+"""The driver's side of a sharded primary-key index: a manifest, never a key.
+
+``ShardedIndex`` holds the shard manifest of the table's last known snapshot (a few
+hundred bytes a shard plus the live files' names). For each keyed batch it splits the
+batch's keys and new rows by shard, hands the touched shards to a ``ShardResolver``
+(Spark tasks, ``shard_lookup``), and turns what they return into the deletion vectors
+and the key matches the commit needs. After the commit it writes the next manifest,
+naming the chains the tasks wrote, and the next commit names that manifest in the
+table property ``calving.index.location`` (the same swap as the rest of that commit).
+
+Why the next commit: a manifest describes one snapshot, and a batch's commit may retry
+onto a snapshot another writer made after the keys were resolved. The tasks resolved
+on snapshot ``C``; if the commit lands with parent ``C``, their chains are exactly the
+new snapshot's and the manifest is written; if it lands elsewhere, the chains are
+dropped and the next batch catches every shard up from the manifest it has (``C``'s
+or older) through the commits since, as it does after any other writer's commit. A
+restart does the same from the manifest the table names: at most the last commit's
+changes are read again.
+
+The manifest's shards must hold, together, the snapshot's live rows (record counts
+minus deletion-vector cardinalities); a manifest that does not is never written: the
+next batch rebuilds every shard, by ``rebuild`` (the Spark tasks of
+``calving.ingest.sink.index_rebuild``) or on the driver when none is given.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pyarrow as pa
+from pyroaring import BitMap64
+
+from calving.commit.errors import FileNotFoundInTableError
+from calving.commit.index.index_file import UnreadableIndexError
+from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
+from calving.commit.index.pk_index import Matches
+from calving.commit.index.shard_chain import AddedFile, ShardDiff
+from calving.commit.index.shard_lookup import (
+    ShardJob,
+    ShardRequest,
+    ShardResolver,
+    ShardResult,
+)
+from calving.commit.index.shard_rebuild import build_shards
+from calving.commit.index.shards import (
+    ShardFile,
+    ShardManifest,
+    check_shard_count,
+    read_manifest,
+    shard_of,
+    split_index,
+    write_manifest,
+)
+from calving.commit.index.store import (
+    INDEX_LOCATION_PROPERTY,
+    IndexMismatchError,
+    count_full_rebuild,
+    diff_snapshots,
+    key_spec,
+    open_index,
+)
+from calving.commit.io import FileIO
+from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.properties import TableProperties
+from calving.commit.table import scan
+from calving.commit.table.summary import live_rows
+
+log = logging.getLogger(__name__)
+
+#: (io, metadata, snapshot id, shard count, shards) -> the shards' new base files, in
+#: shard order, read from that snapshot's data files (all shards when none are named).
+ShardRebuild = Callable[[FileIO, TableMetadata, int | None, int, Sequence[int]], list[ShardFile]]
+
+MANIFEST_SUFFIX = ".calvshards"
+
+
+def names_shards(metadata: TableMetadata) -> bool:
+    """The table's index property names a shard manifest (not a driver index file)."""
+    return metadata.properties.get(INDEX_LOCATION_PROPERTY, "").endswith(MANIFEST_SUFFIX)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A batch's stage 2: what the commit deletes, and what the tasks wrote."""
+
+    snapshot_id: int | None  # the snapshot the keys were resolved on
+    matches: Matches  # by the batch's key rows (``_touched_keys`` order)
+    results: tuple[ShardResult, ...]
+    cache_hits: int
+
+    def deletes(self) -> dict[str, BitMap64]:
+        return self.matches.deletes()
+
+
+@dataclass
+class ShardedIndex:
+    """A keyed table's sharded index, as the driver holds it (see the module)."""
+
+    io: FileIO
+    resolver: ShardResolver
+    rebuild: ShardRebuild | None = None
+    #: Shards of a new index (0: the table property, else 2 a core for 2M keys each).
+    shard_count: int = 0
+    io_properties: dict[str, str] = field(default_factory=dict)
+    manifest: ShardManifest | None = None
+    location: str | None = None  # the manifest's file
+    rebuilds: int = 0
+
+    # ------------------------------------------------------------ opening
+
+    def open(self, metadata: TableMetadata) -> ShardManifest:
+        """The manifest to resolve on: the one held, else the one the table names, else
+        the driver index split into shards (the switch), else a rebuild."""
+        if self.manifest is not None and self.manifest.table_uuid == metadata.table_uuid:
+            return self.manifest
+        named = metadata.properties.get(INDEX_LOCATION_PROPERTY)
+        if named and names_shards(metadata):
+            try:
+                manifest = read_manifest(self.io, named)
+                self._check(manifest, metadata, named)
+                wanted = TableProperties(metadata.properties).index_shards
+                if not wanted or wanted == manifest.shard_count:
+                    return self._hold(manifest, named)
+                log.info(
+                    "calving.index.shards is %d, the index has %d shards: rebuilding them",
+                    wanted,
+                    manifest.shard_count,
+                )
+            except (UnreadableIndexError, FileNotFoundInTableError, IndexMismatchError) as err:
+                log.warning("index shards not used, rebuilding them: %s", err)
+        elif named and metadata.current_snapshot_id is not None:
+            # Driver mode before: its index (caught up, or rebuilt) split into shards.
+            index = open_index(self.io, metadata)
+            location, manifest = split_index(
+                self.io, index, metadata.location, self._shards(metadata)
+            )
+            log.info("primary-key index switched to %d shards", manifest.shard_count)
+            return self._hold(manifest, location)
+        return self.rebuild_all(metadata)
+
+    def rebuild_all(self, metadata: TableMetadata) -> ShardManifest:
+        """Every shard rebuilt from the current snapshot's data files."""
+        count = self._shards(metadata)
+        snapshot = metadata.current_snapshot_id
+        if snapshot is not None:
+            count_full_rebuild()
+            self.rebuilds += 1
+        rebuild = self.rebuild if self.rebuild is not None and snapshot is not None else None
+        written = (rebuild or build_shards)(self.io, metadata, snapshot, count, ())
+        ids, types = key_spec(metadata)
+        live = scan.live_files(self.io, metadata, metadata.current_snapshot)
+        manifest = ShardManifest(
+            metadata.table_uuid,
+            snapshot,
+            ids,
+            types,
+            count,
+            tuple(sorted((p, e.data_file.record_count) for p, e in live.data.items())),
+            tuple(written),
+        )
+        return self._hold(manifest, write_manifest(self.io, manifest, metadata.location))
+
+    def repair(
+        self, metadata: TableMetadata, manifest: ShardManifest, bad: Sequence[ShardResult]
+    ) -> ShardManifest:
+        """The shards that could not be read, rebuilt alone at the manifest's snapshot
+        (every shard, when that snapshot is gone from history)."""
+        for r in bad:
+            log.warning("index shard %d not used, rebuilding it: %s", r.chain.shard, r.unreadable)
+        snapshot = manifest.snapshot_id
+        if snapshot is not None and metadata.snapshot_by_id(snapshot) is None:
+            return self.rebuild_all(metadata)
+        only = sorted({r.chain.shard for r in bad})
+        rebuild = self.rebuild if self.rebuild is not None and snapshot is not None else None
+        written = (rebuild or build_shards)(self.io, metadata, snapshot, manifest.shard_count, only)
+        self.rebuilds += 1
+        shards = list(manifest.shards)
+        for f in written:
+            shards[f.shard] = f
+        kept = {f for s in shards for f in (s.location, *s.deltas)}
+        repaired = replace(
+            manifest,
+            shards=tuple(shards),
+            aliases=tuple(a for a in manifest.aliases if a[0] in kept),
+        )
+        return self._hold(repaired, write_manifest(self.io, repaired, metadata.location))
+
+    def _shards(self, metadata: TableMetadata) -> int:
+        chosen = TableProperties(metadata.properties).index_shards or self.shard_count
+        return check_shard_count(chosen or 16, "calving.index.shards")
+
+    def _check(self, manifest: ShardManifest, metadata: TableMetadata, location: str) -> None:
+        ids, types = key_spec(metadata)
+        if (manifest.table_uuid, manifest.key_field_ids) != (metadata.table_uuid, ids):
+            raise IndexMismatchError(
+                f"{location}: shards of table {manifest.table_uuid} key "
+                f"{manifest.key_field_ids}, wanted {metadata.table_uuid} key {ids}"
+            )
+        if KeyCodec(manifest.key_types).encoding_class() != KeyCodec(types).encoding_class():
+            raise IndexMismatchError(f"{location}: the key types changed")
+
+    def _hold(self, manifest: ShardManifest, location: str) -> ShardManifest:
+        self.manifest, self.location = manifest, location
+        return manifest
+
+    def drop(self) -> None:
+        self.manifest = self.location = None
+
+    # ------------------------------------------------------------ a batch
+
+    def resolve(
+        self,
+        metadata: TableMetadata,
+        keys: pa.Table | None,
+        files: Sequence[tuple[DataFile, pa.Table | None]],
+        max_deltas: int,
+    ) -> Resolved:
+        """Stage 2 for a batch on ``metadata``'s current snapshot: ``keys`` (every key
+        the batch upserts or deletes) resolved to live rows by the shard tasks, which
+        also record the keys of the batch's new ``files`` (row ``i`` at position ``i``).
+        A shard the tasks cannot read is rebuilt alone and the stage runs again."""
+        for attempt in range(2):
+            manifest = self.open(metadata)
+            catch_up = self._catch_up(metadata, manifest)
+            if catch_up is None and manifest.snapshot_id != metadata.current_snapshot_id:
+                manifest = self.rebuild_all(metadata)
+            batch = _BatchKeys.of(manifest, keys, files)
+            results = self._stage(metadata, manifest, catch_up, batch, max_deltas)
+            bad = [r for r in results if r.unreadable]
+            if not bad:
+                matches = _merge(results, batch.rows_of(manifest, catch_up), batch.count)
+                return Resolved(
+                    metadata.current_snapshot_id,
+                    matches,
+                    results,
+                    sum(r.cache_hit for r in results),
+                )
+            if attempt:
+                raise UnreadableIndexError(bad[0].chain.location, bad[0].unreadable)
+            self.repair(metadata, manifest, bad)
+        raise AssertionError("unreachable")
+
+    def _stage(
+        self,
+        metadata: TableMetadata,
+        manifest: ShardManifest,
+        catch_up: ShardDiff | None,
+        batch: _BatchKeys,
+        max_deltas: int,
+    ) -> tuple[ShardResult, ...]:
+        requests = batch.requests(manifest, catch_up)
+        if not requests:
+            return ()
+        job = ShardJob(
+            metadata.location,
+            manifest,
+            metadata.current_snapshot_id,
+            catch_up,
+            self.io_properties,
+            max_deltas=max_deltas,
+        )
+        return tuple(self.resolver(job, requests))
+
+    def _catch_up(self, metadata: TableMetadata, manifest: ShardManifest) -> ShardDiff | None:
+        """Other commits since the manifest's snapshot, or None (none, or the
+        manifest's snapshot is gone from history: a rebuild)."""
+        if manifest.snapshot_id == metadata.current_snapshot_id:
+            return None
+        old = None
+        if manifest.snapshot_id is not None:
+            old = metadata.snapshot_by_id(manifest.snapshot_id)
+            if old is None:
+                log.info("index shards: snapshot %s is gone, rebuilding", manifest.snapshot_id)
+                return None
+        diff = diff_snapshots(
+            self.io,
+            scan.live_files(self.io, metadata, old),
+            scan.live_files(self.io, metadata, metadata.current_snapshot),
+        )
+        return ShardDiff.of(diff, manifest.snapshot_id, metadata.current_snapshot_id)
+
+    def committed(
+        self,
+        metadata: TableMetadata,
+        resolved: Resolved,
+        renamed: Mapping[str, str] | None = None,
+    ) -> str | None:
+        """After the batch's commit (``metadata``): the manifest of the new snapshot,
+        written when the commit sits on the snapshot the keys were resolved on (else
+        the chains are dropped and the next batch catches up). ``renamed``: new data
+        files the commit holds under another path (row-lineage copies), old -> new.
+        Returns the manifest's location."""
+        manifest = self.manifest
+        snapshot = metadata.current_snapshot
+        if manifest is None or snapshot is None:
+            return None
+        if snapshot.parent_snapshot_id != resolved.snapshot_id:
+            log.info(
+                "batch committed on snapshot %s, not %s: the index shards catch up next batch",
+                snapshot.parent_snapshot_id,
+                resolved.snapshot_id,
+            )
+            return None
+        shards = list(manifest.shards)
+        for r in resolved.results:
+            shards[r.chain.shard] = r.chain
+        live = scan.live_files(self.io, metadata, snapshot)
+        rows = sum(e.data_file.record_count for e in live.data.values())
+        rows -= sum(e.data_file.record_count for e in live.dvs.values())
+        entries = sum(s.entries for s in shards)
+        if entries != rows:
+            log.warning(
+                "index shards hold %d entries, snapshot %d has %d live rows: rebuilding them",
+                entries,
+                snapshot.snapshot_id,
+                rows,
+            )
+            self.drop()
+            return None
+        new = replace(
+            manifest,
+            snapshot_id=snapshot.snapshot_id,
+            files=tuple(sorted((p, e.data_file.record_count) for p, e in live.data.items())),
+            shards=tuple(shards),
+            aliases=_aliases(manifest.aliases, resolved.results, renamed or {}, shards),
+        )
+        location = write_manifest(self.io, new, metadata.location)
+        self._hold(new, location)
+        return location
+
+    def naming(self, metadata: TableMetadata) -> dict[str, str]:
+        """The property update naming the held manifest, when the table does not yet."""
+        if self.location and metadata.properties.get(INDEX_LOCATION_PROPERTY) != self.location:
+            return {INDEX_LOCATION_PROPERTY: self.location}
+        return {}
+
+
+@dataclass(frozen=True)
+class _BatchKeys:
+    """A batch's keys (encoded) and new files' keys, split by shard."""
+
+    count: int  # keys looked up
+    shard_count: int
+    encoded: Keys
+    key_shard: np.ndarray
+    added: dict[int, list[AddedFile]]
+
+    @classmethod
+    def of(
+        cls,
+        manifest: ShardManifest,
+        keys: pa.Table | None,
+        files: Sequence[tuple[DataFile, pa.Table | None]],
+    ) -> _BatchKeys:
+        codec = KeyCodec(manifest.key_types, manifest.key_field_ids)
+        count = manifest.shard_count
+        encoded = codec.encode(keys) if keys is not None else concat_keys([], codec.int_mode)
+        key_shard = shard_of(DEFAULT_HASHER.hash(encoded), count)
+        added: dict[int, list[AddedFile]] = {}
+        for data_file, file_keys in files:
+            if file_keys is None or not file_keys.num_rows:
+                continue
+            fk = codec.encode(file_keys)
+            where = shard_of(DEFAULT_HASHER.hash(fk), count)
+            for s in np.unique(where):
+                rows = np.flatnonzero(where == s)
+                added.setdefault(int(s), []).append(
+                    AddedFile(data_file.file_path, data_file.record_count, fk.take(rows), rows)
+                )
+        return cls(len(encoded), count, encoded, key_shard, added)
+
+    def wanted(self, manifest: ShardManifest, catch_up: ShardDiff | None) -> list[int]:
+        if manifest.shard_count != self.shard_count:
+            raise IndexMismatchError(
+                f"index shards changed from {self.shard_count} to {manifest.shard_count} "
+                "during a batch"
+            )
+        if catch_up is not None:
+            return list(range(self.shard_count))
+        return sorted(set(np.unique(self.key_shard).tolist()) | set(self.added))
+
+    def rows_of(self, manifest: ShardManifest, catch_up: ShardDiff | None) -> dict[int, np.ndarray]:
+        return {s: np.flatnonzero(self.key_shard == s) for s in self.wanted(manifest, catch_up)}
+
+    def requests(self, manifest: ShardManifest, catch_up: ShardDiff | None) -> list[ShardRequest]:
+        return [
+            ShardRequest(s, self.encoded.take(rows), tuple(self.added.get(s, ())))
+            for s, rows in self.rows_of(manifest, catch_up).items()
+        ]
+
+
+def _aliases(
+    held: Sequence[tuple[str, str, str]],
+    results: Sequence[ShardResult],
+    renamed: Mapping[str, str],
+    shards: Sequence[ShardFile],
+) -> tuple[tuple[str, str, str], ...]:
+    """The aliases a manifest keeps: this commit's renames, under the file each changed
+    chain ends with, and the earlier ones whose chain file is still in a chain."""
+    chained = {f for s in shards for f in (s.location, *s.deltas)}
+    kept = [a for a in held if a[0] in chained]
+    for r in results:
+        tail = r.chain.deltas[-1] if r.chain.deltas else r.chain.location
+        kept += [(tail, old, renamed[old]) for old in r.added if old in renamed]
+    return tuple(dict.fromkeys(kept))
+
+
+def _merge(results: Sequence[ShardResult], rows_of: dict[int, np.ndarray], n: int) -> Matches:
+    """The shards' matches as one ``Matches`` over the batch's key rows."""
+    ids: dict[str, int] = {}
+    key_rows, file_ids, positions = [], [], []
+    for r in results:
+        local = np.array([ids.setdefault(p, len(ids)) for p in r.files], np.uint32)
+        key_rows.append(rows_of[r.chain.shard][r.key_rows])
+        file_ids.append(local[r.file_index] if len(local) else np.empty(0, np.uint32))
+        positions.append(r.positions)
+    if key_rows:
+        kr = np.concatenate(key_rows).astype(np.int64)
+        fi = np.concatenate(file_ids).astype(np.uint32)
+        po = np.concatenate(positions).astype(np.int64)
+        order = np.argsort(kr, kind="stable")
+        kr, fi, po = kr[order], fi[order], po[order]
+    else:
+        kr, fi, po = np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64)
+    found = np.zeros(n, bool)
+    found[kr] = True
+    return Matches(found, kr, fi, po, list(ids))
+
+
+def choose_mode(metadata: TableMetadata) -> str:
+    """``driver`` or ``sharded`` for a keyed table, by ``calving.index.mode``: ``auto``
+    keeps an index that is sharded sharded, and shards one once the table holds
+    ``calving.index.sharded-rows`` live rows."""
+    props = TableProperties(metadata.properties)
+    mode = props.index_mode
+    if mode != "auto":
+        return mode
+    if names_shards(metadata):
+        return "sharded"
+    rows = live_rows(metadata.current_snapshot) or 0
+    return "sharded" if rows >= props.index_sharded_rows else "driver"

@@ -20,13 +20,13 @@ import pyarrow as pa
 from calving.commit.errors import CommitConflictError, RetriesExhaustedError, StaleWriterError
 from calving.commit.index import full_rebuilds
 from calving.commit.table.ledger import read_ledger
+from calving.commit.table.summary import live_rows
 from calving.ingest.kafka.offsets import TopicPartition
 from calving.ingest.metrics.exposition import Counter, Gauge, Histogram, Registry
 from calving.ingest.metrics.lag import LagProbe
 from calving.ingest.metrics.server import MetricsServer
 
 if TYPE_CHECKING:
-    from calving.commit.spec.snapshot import Snapshot
     from calving.commit.table.table import Table
     from calving.ingest.sink.coordinator import BatchStats, Coordinator, ParsedMessages
 
@@ -363,7 +363,7 @@ class SinkMetrics:
         index = sink.coordinator.index
         if index is not None:
             record["index_bytes"] = index.nbytes
-            record["index_keys"] = _live_rows(metadata.current_snapshot)
+            record["index_keys"] = live_rows(metadata.current_snapshot)
 
     def _update(self, record: Mapping[str, Any]) -> None:
         f, labels = self.families, self.labels
@@ -420,19 +420,6 @@ class SinkMetrics:
     def _emit(self, record: Mapping[str, Any]) -> None:
         if self.log_batches and log.isEnabledFor(logging.INFO):
             log.info("%s", json.dumps(record, separators=(",", ":")))
-
-
-def _live_rows(snapshot: Snapshot | None) -> int | None:
-    """Live rows of a snapshot from its summary totals (records minus position deletes):
-    in a keyed table calving writes, one per live key. Counting the index itself would
-    force it to compact (O(keys)) every batch."""
-    if snapshot is None:
-        return 0
-    summary = snapshot.summary
-    try:
-        return int(summary["total-records"]) - int(summary.get("total-position-deletes", 0))
-    except (KeyError, ValueError):
-        return None
 
 
 __all__ = [

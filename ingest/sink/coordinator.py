@@ -13,27 +13,34 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyroaring import BitMap64
 
 from calving.commit import index as pk
 from calving.commit.errors import CalvingError
-from calving.commit.index.store import Rebuild
-from calving.commit.io import FileIO
+from calving.commit.index.sharded import Resolved, ShardedIndex
+from calving.commit.index.store import Rebuild, key_spec
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
 from calving.commit.table.actions.fast_append import FastAppend
 from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.actions.update_properties import UpdateProperties
-from calving.commit.table.committer import CommitOutcome, Committed, Conflicted, Skipped
+from calving.commit.table.committer import CommitOutcome, Committed, Skipped
 from calving.commit.table.ledger import LedgerClaim, OffsetRange, TopicPartition, read_ledger
 from calving.commit.table.outcomes import done_or_raise
 from calving.commit.table.row_ids import RowIdReader
 from calving.commit.table.table import Table
 from calving.ingest.sink import messages as msg
+from calving.ingest.sink.driver_index import (
+    IndexState,
+    Rebase,
+    advance_index,
+    current_index,
+    save_index,
+)
 from calving.ingest.sink.history import BatchHistory
 from calving.ingest.sink.lineage import keep_row_ids
 
@@ -143,133 +150,6 @@ def parse_messages(messages: pa.Table) -> ParsedMessages:
     return ParsedMessages.of(msg.decode(messages))
 
 
-# ---------------------------------------------------------------- index state
-
-
-@dataclass(frozen=True)
-class IndexState:
-    """The coordinator's primary-key index, as a value each step takes and returns.
-
-    ``index`` reflects the table at ``index.snapshot_id`` (None: not opened yet);
-    ``unsaved_commits`` counts our commits applied since it was last saved with the table.
-    The index object itself is updated in place by ``advance_index`` (it is large);
-    the state returned is the one to use next.
-    """
-
-    index: pk.PrimaryKeyIndex | None = None
-    unsaved_commits: int = 0
-
-
-def current_index(
-    io: FileIO, state: IndexState, metadata: TableMetadata, rebuild: Rebuild | None = None
-) -> IndexState:
-    """The index at ``metadata``'s current snapshot: opened (a full rebuild by
-    ``rebuild`` when given), or caught up."""
-    if state.index is None:
-        return replace(state, index=pk.open_index(io, metadata, rebuild=rebuild))
-    if state.index.snapshot_id != metadata.current_snapshot_id:
-        return replace(state, index=pk.catch_up(io, state.index, metadata, rebuild=rebuild))
-    return state
-
-
-class Rebase:
-    """``RowDelta``'s rebase step for one batch: deletes aimed at files a concurrent
-    rewrite removed are found again in the rewritten table. The index it rebuilt for
-    that (``rebuilt``) is the commit's output, for ``advance_index``."""
-
-    def __init__(self, io: FileIO, key_field_ids: tuple[int, ...], keys: pa.Table | None) -> None:
-        self.io = io
-        self.key_field_ids = key_field_ids
-        self.keys = keys
-        self.rebuilt: pk.PrimaryKeyIndex | None = None
-
-    def __call__(self, base: TableMetadata, gone: Mapping[str, BitMap64]) -> dict[str, BitMap64]:
-        """Positions already requested are unioned, so returning every live match of
-        the batch's keys is exact and idempotent."""
-        self.rebuilt = pk.build_from_table(self.io, base, self.key_field_ids)
-        pk.count_full_rebuild()
-        log.info("rebuilt the primary-key index after a rewrite of %d file(s)", len(gone))
-        if self.keys is None:
-            return {}
-        return self.rebuilt.lookup(self.keys).deletes()
-
-
-def advance_index(
-    io: FileIO,
-    state: IndexState,
-    parsed: ParsedMessages,
-    deletes: Mapping[str, BitMap64],
-    metadata: TableMetadata,
-    rebuilt: pk.PrimaryKeyIndex | None,
-    removed: frozenset[str] | None = None,
-    rebuild: Rebuild | None = None,
-) -> IndexState:
-    """The index after our commit (``metadata``): applied in memory when the commit sits
-    right on the index's snapshot; otherwise (other writers committed in between, or a
-    rebase rebuilt it) caught up from the table. ``removed``: the data files the commit
-    dropped, all of whose rows it deleted (the plan decided on the merged deletion
-    vectors; ``Committed.removed_data_files``), None if not known."""
-    index = rebuilt or state.index
-    assert index is not None
-    snapshot = metadata.current_snapshot
-    unsaved = state.unsaved_commits + 1
-    if (
-        rebuilt is not None
-        or snapshot is None
-        or snapshot.parent_snapshot_id != index.snapshot_id
-        or not _knows_removed(snapshot.summary, removed, index)
-    ):
-        # Caught up from the table: others committed in between, a rebase rebuilt the
-        # index, or the files the commit removed are not known.
-        return IndexState(pk.catch_up(io, index, metadata, rebuild=rebuild), unsaved)
-    assert removed is not None
-    for path, positions in deletes.items():
-        if path not in removed:
-            index.delete_positions(path, positions)
-    for path in removed:
-        index.remove_file(path)
-    for f, keys in parsed.files:
-        if keys is not None:
-            index.add_file(f.file_path, keys, row_count=f.record_count)
-    index.snapshot_id = snapshot.snapshot_id
-    return IndexState(index, unsaved)
-
-
-def _knows_removed(
-    summary: Mapping[str, str], removed: frozenset[str] | None, index: pk.PrimaryKeyIndex
-) -> bool:
-    """Whether ``removed`` is exactly the indexed files the snapshot removed: as many as
-    its summary counts, each of them indexed."""
-    try:
-        count = int(summary.get("removed-data-files", "0"))
-    except ValueError:
-        return False  # unreadable: the catch-up finds out
-    if removed is None:
-        return count == 0
-    return len(removed) == count and all(index.has_file(p) for p in removed)
-
-
-def save_index(table: Table, state: IndexState) -> tuple[IndexState, str | None]:
-    """Write the index and point the table at it (a metadata-only commit). An old
-    index file stays until the property no longer names it, then goes. Returns the new
-    state and the file written (None: nothing to save, or the table moved on)."""
-    index = state.index
-    if index is None or index.snapshot_id is None:
-        return state, None
-    if index.snapshot_id != table.metadata.current_snapshot_id:
-        return state, None  # someone committed since; the next batch catches up first
-    previous = table.metadata.properties.get(pk.INDEX_LOCATION_PROPERTY)
-    location = pk.save(table.io, index, table.metadata.location)
-    outcome = table.commit(UpdateProperties({pk.INDEX_LOCATION_PROPERTY: location}))
-    if isinstance(outcome, Committed | Skipped):
-        state = replace(state, unsaved_commits=0)
-        if previous and previous != location:
-            _delete_quietly(table, previous)
-    elif isinstance(outcome, Conflicted):
-        _delete_quietly(table, location)
-    return state, location
-
-
 # ---------------------------------------------------------------- coordinator
 
 
@@ -284,6 +164,10 @@ class PreparedBatch:
     action: RowDelta | None
     deletes: dict[str, BitMap64] = field(default_factory=dict)
     rebase: Rebase | None = None
+    #: Sharded mode: what the shard tasks resolved and wrote, and the new files the
+    #: commit holds under another path (row-lineage copies), old -> new.
+    resolved: Resolved | None = None
+    renamed: dict[str, str] = field(default_factory=dict)
 
 
 class Coordinator:
@@ -310,6 +194,9 @@ class Coordinator:
         #: How a full rebuild of the index runs (None: ``build_from_table`` on the
         #: driver); the Spark sink sets the executors' rebuild.
         self.rebuild: Rebuild | None = None
+        #: Sharded mode (``calving.index.mode``): the shards and the tasks resolving
+        #: them; None: the index lives in this process (``index_state``).
+        self.sharded: ShardedIndex | None = None
         #: The recent batches' stats (the last ``history.KEEP``), for tests and tools.
         self.history: BatchHistory[BatchStats] = BatchHistory()
 
@@ -361,7 +248,37 @@ class Coordinator:
         state = self.index_state
         deletes: dict[str, BitMap64] = {}
         rebase: Rebase | None = None
-        if self.keyed:
+        resolved: Resolved | None = None
+        renamed: dict[str, str] = {}
+        properties: dict[str, str] = {}
+        if self.keyed and self.sharded is not None:
+            started = time.monotonic()
+            keys = _touched_keys(parsed)
+            metadata = self.table.metadata
+            resolved = self.sharded.resolve(
+                metadata,
+                keys,
+                parsed.files,
+                TableProperties(metadata.properties).index_shard_deltas,
+            )
+            deletes = resolved.deletes()
+            looked_up = time.monotonic()
+            stats.phases["lookup"] = looked_up - started
+            if keys is not None and _keeps_row_ids(metadata):
+                before = parsed.files
+                parsed = keep_row_ids(
+                    self.table.io, metadata, parsed, keys, resolved.matches, self.row_ids
+                )
+                renamed = {
+                    a.file_path: b.file_path
+                    for (a, _), (b, _) in zip(before, parsed.files)
+                    if a.file_path != b.file_path
+                }
+                stats.phases["lineage"] = time.monotonic() - looked_up
+            properties = self.sharded.naming(metadata)
+            ids, _ = key_spec(metadata)
+            rebase = Rebase(self.table.io, ids, keys)
+        elif self.keyed:
             started = time.monotonic()
             state = current_index(self.table.io, state, self.table.metadata, self.rebuild)
             assert state.index is not None
@@ -385,8 +302,9 @@ class Coordinator:
             schema_id=self.table.metadata.current_schema_id,
             rebase=rebase,
             summary=dict(summary or {}),
+            properties=properties,
         )
-        return PreparedBatch(parsed, stats, claim, action, deletes, rebase)
+        return PreparedBatch(parsed, stats, claim, action, deletes, rebase, resolved, renamed)
 
     def finish(self, prepared: PreparedBatch, outcome: CommitOutcome) -> BatchStats:
         """Account for the commit of ``prepared``: raise unless done; on success move the
@@ -398,11 +316,13 @@ class Coordinator:
         elif isinstance(outcome, Committed):
             assert prepared.action is not None
             _committed(stats, outcome, prepared.action.added_data_files, prepared.deletes)
-            if prepared.rebase is not None:
+            if self.sharded is not None and prepared.resolved is not None:
+                self.sharded.committed(outcome.metadata, prepared.resolved, prepared.renamed)
+            elif prepared.rebase is not None:
                 state = advance_index(
                     self.table.io,
                     self.index_state,
-                    prepared.parsed,
+                    prepared.parsed.files,
                     prepared.deletes,
                     outcome.metadata,
                     prepared.rebase.rebuilt,
@@ -427,7 +347,13 @@ class Coordinator:
             )
 
     def save_index(self) -> str | None:
-        """Save the index with the table (see ``save_index``); returns the file written."""
+        """Save the index with the table (see ``save_index``); returns the file written.
+        Sharded: name the last manifest in the table (a metadata-only commit)."""
+        if self.sharded is not None:
+            naming = self.sharded.naming(self.table.metadata)
+            if naming:
+                self.table.commit(UpdateProperties(naming))
+            return self.sharded.location
         self.index_state, location = save_index(self.table, self.index_state)
         return location
 
@@ -435,6 +361,9 @@ class Coordinator:
         """Drop the index from memory, saved first when it holds unsaved commits; the
         next batch opens it again (the saved file caught up from the table, or rebuilt).
         Returns the bytes it held. A save that fails only makes that reopening longer."""
+        if self.sharded is not None:
+            self.sharded.drop()
+            return 0
         index = self.index_state.index
         if index is None:
             return 0
@@ -477,10 +406,3 @@ def _committed(
     stats.added_rows = sum(f.record_count for f in added)
     stats.deleted_rows = sum(len(b) for b in deletes.values())
     stats.dv_files = len(deletes)
-
-
-def _delete_quietly(table: Table, location: str) -> None:
-    try:
-        table.io.delete(location)
-    except CalvingError as err:  # an orphan index file is harmless
-        log.warning("could not delete %s: %s", location, err)

@@ -39,6 +39,7 @@ from calving.ingest.sink.executor import (
 from calving.ingest.sink.fused import fused_append, fused_keyed, read_and_decode_for_keyed
 from calving.ingest.sink.index_rebuild import ExecutorRebuild
 from calving.ingest.sink.messages import Coordinates
+from calving.ingest.sink.shard_stage import sharded_index
 from calving.ingest.sink.spark_types import spark_schema
 
 if TYPE_CHECKING:
@@ -171,6 +172,7 @@ class CalvingSink:
         started = time.monotonic()
         if self.coordinator.rebuild is None:  # a lost index is rebuilt by the executors
             self.coordinator.rebuild = ExecutorRebuild(df.sparkSession, self.table.io.properties)
+            self.coordinator.sharded = sharded_index(df.sparkSession, self.table)
         parsed = self._parse_batch(df, batch_id)
         commit_started = time.monotonic()
         try:

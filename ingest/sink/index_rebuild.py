@@ -52,6 +52,7 @@ from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.types import PrimitiveType
 from calving.commit.table import scan
+from calving.commit.table.summary import live_rows
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,8 @@ class IndexRebuildError(CalvingError):
 
 @dataclass(frozen=True)
 class RebuildJob:
-    """What every task of one rebuild needs."""
+    """What every task of one rebuild needs (``only``: the shards to write, all when
+    empty)."""
 
     table_location: str
     table_uuid: str
@@ -71,6 +73,10 @@ class RebuildJob:
     key_types: tuple[PrimitiveType, ...]
     shard_count: int
     io_properties: Mapping[str, str]
+    only: frozenset[int] = frozenset()
+
+    def wants(self, shard: int) -> bool:
+        return not self.only or shard in self.only
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,8 @@ def keys_by_shard(job: RebuildJob, tasks: Iterable[FileTask]) -> Iterator[tuple[
         bounds = np.searchsorted(shards[order], np.arange(job.shard_count + 1))
         positions = found.positions.astype(np.uint32)
         for s in np.flatnonzero(np.diff(bounds)):
+            if not job.wants(int(s)):
+                continue
             rows = order[bounds[s] : bounds[s + 1]]
             yield int(s), ShardPiece(found.path, found.row_count, keys.take(rows), positions[rows])
 
@@ -114,7 +122,7 @@ def write_shards(
     """Stage 2 (executor): the files of shards ``partition``, ``partition + tasks``, ...
     from their pieces (an empty shard gets an empty file)."""
     by_shard: dict[int, list[ShardPiece]] = {
-        s: [] for s in range(partition, job.shard_count, tasks)
+        s: [] for s in range(partition, job.shard_count, tasks) if job.wants(s)
     }
     for shard, piece in pieces:
         if shard not in by_shard:
@@ -171,9 +179,52 @@ def rebuild_sharded(
     per core); ``shard_tasks``: stage-2 tasks (default: two per core, at most one per
     shard). A task costs tens of milliseconds of scheduling and IPC however little it
     does, so the shard count (a storage layout) does not set the task count."""
-    check_shard_count(shard_count, "shard_count")
     ids, types = key_spec(metadata, key_field_ids)
     live = scan.live_files(io, metadata, metadata.current_snapshot)
+    written = rebuild_shards(
+        spark,
+        io,
+        metadata,
+        metadata.current_snapshot_id,
+        shard_count,
+        io_properties,
+        key_field_ids=key_field_ids,
+        files_per_task=files_per_task,
+        shard_tasks=shard_tasks,
+    )
+    manifest = ShardManifest(
+        metadata.table_uuid,
+        metadata.current_snapshot_id,
+        ids,
+        types,
+        shard_count,
+        tuple((p, live.data[p].data_file.record_count) for p in sorted(live.data)),
+        tuple(written),
+    )
+    return write_manifest(io, manifest, metadata.location), manifest
+
+
+def rebuild_shards(
+    spark: Any,
+    io: FileIO,
+    metadata: TableMetadata,
+    snapshot_id: int | None,
+    shard_count: int,
+    io_properties: Mapping[str, str],
+    *,
+    only: Sequence[int] = (),
+    key_field_ids: Sequence[int] | None = None,
+    files_per_task: int = 0,
+    shard_tasks: int = 0,
+) -> list[ShardFile]:
+    """The base files of shards ``only`` (all when empty) of snapshot ``snapshot_id``
+    of the table, written by Spark tasks from its data files; in shard order."""
+    check_shard_count(shard_count, "shard_count")
+    ids, types = key_spec(metadata, key_field_ids)
+    snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
+    if snapshot_id is not None and snapshot is None:
+        raise IndexRebuildError(f"snapshot {snapshot_id} is not in the table's history")
+    live = scan.live_files(io, metadata, snapshot)
     paths = sorted(live.data)
     tasks = [
         FileTask(live.data[p].data_file, dv.data_file if (dv := live.dvs.get(p)) else None)
@@ -182,12 +233,14 @@ def rebuild_sharded(
     job = RebuildJob(
         metadata.location,
         metadata.table_uuid,
-        metadata.current_snapshot_id,
+        snapshot_id,
         ids,
         types,
         shard_count,
         dict(io_properties),
+        frozenset(int(s) for s in only),
     )
+    wanted = sorted(job.only) if job.only else list(range(shard_count))
     sc = spark.sparkContext
     cores = max(1, int(sc.defaultParallelism))
     if files_per_task > 0:
@@ -198,7 +251,7 @@ def rebuild_sharded(
     # No job group of its own: inside foreachBatch the job stays in the streaming
     # query's group, so stopping the query cancels it.
     described = sc.getLocalProperty("spark.job.description")
-    sc.setJobDescription(f"calving index rebuild: {len(tasks)} file(s)")
+    sc.setJobDescription(f"calving index rebuild: {len(tasks)} file(s), {len(wanted)} shard(s)")
     try:
         written: list[ShardFile] = (
             sc.parallelize(tasks, slices)
@@ -213,21 +266,11 @@ def rebuild_sharded(
     finally:
         sc.setLocalProperty("spark.job.description", described)
     written.sort(key=lambda s: s.shard)
-    if [s.shard for s in written] != list(range(shard_count)):
+    if [s.shard for s in written] != wanted:
         raise IndexRebuildError(
-            f"index rebuild returned shards {[s.shard for s in written]}, "
-            f"wanted 0..{shard_count - 1}"
+            f"index rebuild returned shards {[s.shard for s in written]}, wanted {wanted}"
         )
-    manifest = ShardManifest(
-        metadata.table_uuid,
-        metadata.current_snapshot_id,
-        ids,
-        types,
-        shard_count,
-        tuple((p, live.data[p].data_file.record_count) for p in paths),
-        tuple(written),
-    )
-    return write_manifest(io, manifest, metadata.location), manifest
+    return written
 
 
 # ---------------------------------------------------------------- the driver index
@@ -235,19 +278,6 @@ def rebuild_sharded(
 
 #: Rows per shard the executors' rebuild aims at (a shard is one task's sort).
 ROWS_PER_SHARD = 2_000_000
-
-
-def live_rows(metadata: TableMetadata) -> int:
-    """Live rows of the current snapshot by its summary (0 without one)."""
-    snap = metadata.current_snapshot
-    if snap is None:
-        return 0
-    try:
-        total = int(snap.summary.get("total-records", "0"))
-        deleted = int(snap.summary.get("total-position-deletes", "0"))
-    except ValueError:
-        return 0
-    return max(0, total - deleted)
 
 
 def shards_for(rows: int, cores: int) -> int:
@@ -280,7 +310,7 @@ class ExecutorRebuild:
     def __call__(
         self, io: FileIO, metadata: TableMetadata, key_field_ids: Sequence[int] | None
     ) -> PrimaryKeyIndex:
-        rows = live_rows(metadata)
+        rows = live_rows(metadata.current_snapshot) or 0
         if rows < TableProperties(metadata.properties).index_executor_rebuild_rows:
             return build_from_table(io, metadata, key_field_ids)
         cores = max(1, int(self.spark.sparkContext.defaultParallelism))

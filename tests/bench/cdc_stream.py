@@ -26,7 +26,7 @@ from calving.commit.spec.partition import UNPARTITIONED
 from calving.commit.table import scan
 from calving.commit.table.actions.row_delta import RowDelta
 from calving.commit.table.table import Table
-from calving.ingest.sink.coordinator import Rebase
+from calving.ingest.sink.driver_index import Rebase
 from calving.ingest.write.task_writer import TaskWriter
 from tests.bench.cdc_upsert import SCHEMA, rows
 

@@ -44,7 +44,8 @@ from calving.commit.spec.properties import ROW_LINEAGE_KEEP_ON_UPDATE
 from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.ledger import OffsetRange
 from calving.ingest.decode.batch import OP_UPSERT
-from calving.ingest.sink.coordinator import Coordinator, IndexState, ParsedMessages
+from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
+from calving.ingest.sink.driver_index import IndexState
 from calving.ingest.sink.executor import TaskPlan, write_last_events
 from tests.bench.cdc_upsert import Model, _write_table
 from tests.bench.figures import Figure, at_most

@@ -51,7 +51,8 @@ def setup(root: Path, tables: int, keys: int) -> None:
     from calving.commit.spec.types import NestedField, PrimitiveType
     from calving.commit.table.actions.fast_append import FastAppend
     from calving.commit.table.table import create_table
-    from calving.ingest.sink.coordinator import Coordinator, current_index
+    from calving.ingest.sink.coordinator import Coordinator
+    from calving.ingest.sink.driver_index import current_index
     from calving.ingest.write.parquet_writer import write_data_file
 
     catalog = _catalog(root)
@@ -76,7 +77,8 @@ def setup(root: Path, tables: int, keys: int) -> None:
 def child(root: Path, tables: int, keys: int, budget: int | None) -> dict[str, float]:
     """One driver's two rounds over every table; its peak RSS and seconds per round."""
     from calving.commit.table.table import Table
-    from calving.ingest.sink.coordinator import Coordinator, current_index
+    from calving.ingest.sink.coordinator import Coordinator
+    from calving.ingest.sink.driver_index import current_index
     from calving.ingest.sink.many.index_budget import IndexBudget
 
     catalog = _catalog(root)
@@ -112,7 +114,8 @@ def load_seconds(keys: int, file_rows: int = 1_000_000) -> dict[str, float]:
     from calving.commit.spec.types import NestedField, PrimitiveType
     from calving.commit.table.actions.fast_append import FastAppend
     from calving.commit.table.table import Table, create_table
-    from calving.ingest.sink.coordinator import Coordinator, current_index
+    from calving.ingest.sink.coordinator import Coordinator
+    from calving.ingest.sink.driver_index import current_index
     from calving.ingest.write.parquet_writer import write_data_file
 
     root = Path(tempfile.mkdtemp(prefix="calving-bench-index-load-"))

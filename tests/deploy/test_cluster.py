@@ -85,7 +85,13 @@ def base_env(home: Path) -> dict[str, str]:
 
 
 def pipeline_toml(
-    path: Path, bootstrap: str, topic: str, pg_url: str, s3: dict[str, str], catalog: str
+    path: Path,
+    bootstrap: str,
+    topic: str,
+    pg_url: str,
+    s3: dict[str, str],
+    catalog: str,
+    index_mode: str = "driver",
 ) -> None:
     io = "\n".join(f'"{k}" = "{v}"' for k, v in s3.items())
     path.write_text(
@@ -111,6 +117,10 @@ infer_schema = false
 
 [table.io]
 {io}
+
+[table.properties]
+"calving.index.mode" = "{index_mode}"
+"calving.index.shards" = "4"
 
 [[table.columns]]
 name = "id"
@@ -144,9 +154,12 @@ app_name = "calving-cluster-test"
     )
 
 
+@pytest.mark.parametrize("index_mode", ["driver", "sharded"])
 def test_cdc_pipeline_survives_a_killed_worker(
-    tmp_path: Path, pg_url: str, s3: dict[str, str], kafka: object
+    tmp_path: Path, pg_url: str, s3: dict[str, str], kafka: object, index_mode: str
 ) -> None:
+    """In sharded mode the index's shard steps run in the executors' tasks too: the
+    killed worker's tasks (stage 1 or the shard steps) run again elsewhere."""
     from calving.ingest.kafka.broker import EmbeddedBroker
     from calving.ingest.kafka.producer import produce
 
@@ -161,14 +174,14 @@ def test_cdc_pipeline_survives_a_killed_worker(
     config = tmp_path / "pipeline" / "orders.toml"
     config.parent.mkdir()
     catalog = f"cluster_{uuid.uuid4().hex[:8]}"
-    pipeline_toml(config, kafka.bootstrap_servers, topic, pg_url, s3, catalog)
+    pipeline_toml(config, kafka.bootstrap_servers, topic, pg_url, s3, catalog, index_mode)
 
     with standalone_cluster(env, tmp_path / "spark") as cluster:
         check_daemons(cluster, secret)
         driver_log = run_and_kill_a_worker(cluster, env, config, tmp_path)
 
     check_driver_log(driver_log, secret, tmp_path)
-    check_table(stream, pg_url, s3, catalog)
+    check_table(stream, pg_url, s3, catalog, index_mode)
 
 
 def check_daemons(cluster: StandaloneCluster, secret: str) -> None:
@@ -287,7 +300,9 @@ def check_driver_log(log: str, secret: str, tmp_path: Path) -> None:
     assert str(built[0]) in log
 
 
-def check_table(stream: CdcStream, pg_url: str, s3: dict[str, str], catalog: str) -> None:
+def check_table(
+    stream: CdcStream, pg_url: str, s3: dict[str, str], catalog: str, index_mode: str
+) -> None:
     from pyiceberg.catalog.sql import SqlCatalog as PyIcebergSqlCatalog
 
     theirs = PyIcebergSqlCatalog(catalog, uri=pg_url, **s3)
@@ -298,3 +313,5 @@ def check_table(stream: CdcStream, pg_url: str, s3: dict[str, str], catalog: str
     rows = sorted(zip(*(got.column(c).to_pylist() for c in COLUMNS)))
     assert rows == stream.expected
     assert stream.deletes > 0 and stream.updates > 0
+    named = table.metadata.properties.get("calving.index.location", "")
+    assert named.endswith(".calvshards") == (index_mode == "sharded"), named

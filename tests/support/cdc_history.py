@@ -32,6 +32,8 @@ from hypothesis import strategies as st
 from pyroaring import BitMap64
 
 from calving.commit.catalog import SqlCatalog
+from calving.commit.index.shard_lookup import LocalResolver
+from calving.commit.index.sharded import ShardedIndex
 from calving.commit.maintenance.compaction import compact
 from calving.commit.maintenance.compaction_plan import CompactionPolicy, RewriteGroup
 from calving.commit.spec.data_file import DataFile
@@ -197,7 +199,9 @@ class Commit:
 class History:
     """One keyed table, its writer, and every snapshot the steps made."""
 
-    def __init__(self, catalog: SqlCatalog, *, partitioned: bool, model: Model) -> None:
+    def __init__(
+        self, catalog: SqlCatalog, *, partitioned: bool, model: Model, sharded: bool = False
+    ) -> None:
         spec = spec_builder(SCHEMA, fields=[("id", bucket(2))]) if partitioned else UNPARTITIONED
         name = f"h_{uuid.uuid4().hex[:8]}"
         self.table = create_table(
@@ -209,6 +213,8 @@ class History:
         )
         self.model = model
         self.coordinator = Coordinator(self.table, "history", index_save_every=3)
+        if sharded:  # stage 2 in this process, over 4 shards
+            self.coordinator.sharded = ShardedIndex(self.table.io, LocalResolver(), shard_count=4)
         self.commits: list[Commit] = []
         self.offset = 0
         self.counter = 0
@@ -391,12 +397,24 @@ def _values(r: ref.RefRow) -> tuple[Any, ...]:
 
 
 def run_history(
-    catalog: SqlCatalog, steps: Sequence[Step], *, partitioned: bool, keep: bool, keys: int = 10
+    catalog: SqlCatalog,
+    steps: Sequence[Step],
+    *,
+    partitioned: bool,
+    keep: bool,
+    keys: int = 10,
+    sharded: bool = False,
 ) -> tuple[History, IdentityBook]:
     """A first batch writing keys ``0..keys-1``, then ``steps``, the lineage checked
-    after each (``keep``: the model's ``updates_keep_identity``)."""
+    after each (``keep``: the model's ``updates_keep_identity``; ``sharded``: the
+    coordinator's index in sharded mode)."""
     first = Step("batch", tuple(("u", k) for k in range(keys)))
-    history = History(catalog, partitioned=partitioned, model=Model(updates_keep_identity=keep))
+    history = History(
+        catalog,
+        partitioned=partitioned,
+        model=Model(updates_keep_identity=keep),
+        sharded=sharded,
+    )
     book = IdentityBook()
     for step in [first, *steps]:
         history.run(step, after=lambda h: check_lineage(h, book))

@@ -6,10 +6,11 @@ change event (``discover``). What the batches so far routed is kept in ``Routing
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from calving.commit.catalog.base import Catalog
+from calving.commit.index.sharded import ShardedIndex
 from calving.commit.index.store import Rebuild
 from calving.commit.io import FileIO
 from calving.commit.table.table import Table
@@ -77,6 +78,9 @@ class Discovery:
     index_save_every: int
     #: The coordinators' full index rebuild (None: on the driver).
     rebuild: Rebuild | None = None
+    #: A table's sharded-mode state when its ``calving.index.mode`` picks sharded
+    #: (None: every table's index in the driver).
+    sharded: Callable[[Table], ShardedIndex | None] | None = None
 
 
 def ranges_by_topic(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:
@@ -132,4 +136,6 @@ def _open(outcome: Route, event: FirstEvent, d: Discovery) -> RoutedTable:
     table = open_routed_table(d.catalog, d.io, outcome, event, d.template, d.format)
     coordinator = Coordinator(table, d.writer_id, index_save_every=d.index_save_every)
     coordinator.rebuild = d.rebuild
+    if d.sharded is not None:
+        coordinator.sharded = d.sharded(table)
     return RoutedTable(table, coordinator)

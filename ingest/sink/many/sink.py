@@ -32,9 +32,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 from calving.commit.catalog.base import Catalog
+from calving.commit.index.sharded import ShardedIndex
 from calving.commit.io import FileIO
 from calving.commit.table.ledger import TopicPartition
 from calving.commit.table.multi_commit import TableCommit
@@ -71,6 +73,7 @@ from calving.ingest.sink.many.runner import RangeRow, SparkTaskRunner, TaskRunne
 from calving.ingest.sink.many.start import LedgerUnreadableError
 from calving.ingest.sink.many.transactions import Horizon, TransactionScope, TransactionTracker
 from calving.ingest.sink.many.write import Messages, Writes
+from calving.ingest.sink.shard_stage import sharded_index
 
 __all__ = [
     "BATCH_COMMIT",
@@ -130,6 +133,7 @@ class ManyTablesSink:
         #: Topics routed so far, their tables and data collections (the route stage's).
         self.routing = Routing()
         self._rebuild: ExecutorRebuild | None = None
+        self._sharded: Callable[[Table], ShardedIndex | None] | None = None
         #: The primary-key indexes the driver keeps between batches (``index_budget``).
         self.index_budget = IndexBudget(index_memory_bytes)
         #: Which tables hold this writer's ledger, kept in the catalog (``registry``).
@@ -188,8 +192,10 @@ class ManyTablesSink:
         table is rebuilt by Spark tasks too (``ExecutorRebuild``)."""
         if self._rebuild is None:
             self._rebuild = ExecutorRebuild(spark, self.io.properties)
+            self._sharded = partial(sharded_index, spark)
             for routed in self.routing.tables.values():
                 routed.coordinator.rebuild = self._rebuild
+                routed.coordinator.sharded = self._sharded(routed.table)
         return self.run_batch(SparkTaskRunner(spark), rows, batch_id)
 
     def run_batch(
@@ -329,6 +335,7 @@ class ManyTablesSink:
             self.writer_id,
             self.index_save_every,
             self._rebuild,
+            self._sharded,
         )
 
     def _writes(self, runner: TaskRunner, batch_id: int) -> Writes:

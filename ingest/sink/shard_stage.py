@@ -1,0 +1,112 @@
+"""Sharded mode on Spark: a keyed batch's stage 2 and the shards' rebuilds as Spark jobs.
+
+``SparkShardResolver`` runs ``commit.index.shard_lookup.resolve_shards`` in Spark tasks:
+the batch's shard requests are spread over two tasks per core (shard ``s`` goes to task
+``s % tasks``, one slice each, so no shuffle), and with Spark's Python worker reuse a
+task often finds its shards cached from an earlier batch. ``SparkShardRebuild``
+rebuilds shards with ``index_rebuild.rebuild_shards``. ``sharded_index`` picks the mode
+of a table (``calving.index.mode``) and builds what sharded mode needs. Messages
+between the driver and the tasks are the frozen dataclasses of ``shard_lookup``,
+pickled by Spark (one encoder, one decoder).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from calving.commit.errors import CalvingError
+from calving.commit.index.shard_lookup import (
+    ShardJob,
+    ShardRequest,
+    ShardResult,
+    resolve_shards,
+)
+from calving.commit.index.sharded import ShardedIndex, choose_mode
+from calving.commit.index.shards import ShardFile
+from calving.commit.io import FileIO
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.table.summary import live_rows
+from calving.commit.table.table import Table
+from calving.ingest.sink.index_rebuild import rebuild_shards, shards_for
+
+log = logging.getLogger(__name__)
+
+
+class ShardStageError(CalvingError):
+    """The Spark job of a batch's stage 2 failed (its message names the cause)."""
+
+
+def _steps(job: ShardJob, groups: Any) -> Any:
+    return resolve_shards(job, (request for group in groups for request in group))
+
+
+@dataclass
+class SparkShardResolver:
+    """A ``ShardResolver`` running the steps in Spark tasks."""
+
+    spark: Any
+
+    def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
+        sc = self.spark.sparkContext
+        cores = max(1, int(sc.defaultParallelism))
+        tasks = max(1, min(len(requests), 2 * cores))
+        described = sc.getLocalProperty("spark.job.description")
+        sc.setJobDescription(f"calving index shards: {len(requests)} shard(s)")
+        groups: list[list[ShardRequest]] = [[] for _ in range(tasks)]
+        for r in requests:
+            groups[r.shard % tasks].append(r)
+        try:
+            # One slice a group, so no shuffle: ``parallelize`` keeps the list's order.
+            results: list[ShardResult] = (
+                sc.parallelize(groups, tasks).mapPartitions(partial(_steps, job)).collect()
+            )
+        except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
+            text = " ".join(str(err).split())[:300] or type(err).__name__
+            raise ShardStageError(f"index shard job failed: {text}") from None
+        finally:
+            sc.setLocalProperty("spark.job.description", described)
+        return results
+
+
+@dataclass
+class SparkShardRebuild:
+    """A ``ShardRebuild`` on the executors (``index_rebuild.rebuild_shards``)."""
+
+    spark: Any
+    io_properties: Mapping[str, str]
+
+    def __call__(
+        self,
+        io: FileIO,
+        metadata: TableMetadata,
+        snapshot_id: int | None,
+        shard_count: int,
+        only: Sequence[int],
+    ) -> list[ShardFile]:
+        return rebuild_shards(
+            self.spark, io, metadata, snapshot_id, shard_count, self.io_properties, only=only
+        )
+
+
+def sharded_index(spark: Any, table: Table) -> ShardedIndex | None:
+    """Sharded mode's state for ``table`` when ``calving.index.mode`` picks it (None:
+    the driver index); the shard count of a new index follows the table's live rows
+    and the cluster's cores."""
+    metadata = table.metadata
+    if not metadata.schema.identifier_field_ids or choose_mode(metadata) != "sharded":
+        return None
+    cores = max(1, int(spark.sparkContext.defaultParallelism))
+    io_properties = dict(table.io.properties)
+    shards = shards_for(live_rows(metadata.current_snapshot) or 0, cores)
+    log.info("%s: primary-key index in sharded mode", table.name)
+    return ShardedIndex(
+        table.io,
+        SparkShardResolver(spark),
+        SparkShardRebuild(spark, io_properties),
+        shard_count=shards,
+        io_properties=io_properties,
+    )

@@ -1,0 +1,309 @@
+"""Sharded mode through the coordinator, stage 2 run in-process (``LocalResolver``):
+upserts and deletes land exactly as in driver mode, as pyiceberg reads the table; the
+driver holds a manifest, never a key; each commit names the previous commit's manifest;
+a restart, another writer's commit, a corrupt shard, a stale cached shard and the
+switches between driver and sharded mode all leave the table exact."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from calving.commit.index import INDEX_LOCATION_PROPERTY, shard_lookup
+from calving.commit.index.shard_lookup import LocalResolver
+from calving.commit.index.sharded import ShardedIndex, names_shards
+from calving.commit.index.shards import read_manifest
+from calving.commit.maintenance.compaction import compact
+from calving.commit.maintenance.compaction_plan import CompactionPolicy
+from calving.commit.maintenance.orphans import find_orphans
+from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.ledger import OffsetRange
+from calving.commit.table.table import Table, create_table
+from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
+from calving.ingest.write.rewrite import local_rewrite
+from tests.support.cdc_history import Step, run_history, steps_strategy
+from tests.support.cdc_history import sqlite_catalog as cdc_sqlite_catalog
+from tests.support.oracles import pyiceberg_rows
+from tests.support.tables import EVENTS, row, write_partitioned
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "events"
+
+
+class Writer:
+    """Batches through a sharded coordinator, and the rows the table should hold."""
+
+    def __init__(self, table: Table, *, sharded: bool = True, shards: int = 4) -> None:
+        self.table = table
+        self.shards = shards
+        self.sharded = sharded
+        self.expected: dict[int, str] = {}
+        self.offset = 0
+        self.coordinator = self._coordinator()
+
+    def _coordinator(self) -> Coordinator:
+        c = Coordinator(self.table, "writer-1", index_save_every=1)
+        if self.sharded:
+            c.sharded = ShardedIndex(self.table.io, LocalResolver(), shard_count=self.shards)
+        return c
+
+    def restart(self, *, sharded: bool | None = None) -> None:
+        if sharded is not None:
+            self.sharded = sharded
+        self.table.refresh()
+        self.coordinator = self._coordinator()
+
+    def batch(self, upserts: dict[int, str], deletes: Sequence[int] = ()) -> Any:
+        prepared = self.prepare(upserts, deletes)
+        assert prepared.action is not None
+        outcome = self.table.commit(prepared.action, from_cache=True)
+        return self.finish(prepared, upserts, deletes, outcome)
+
+    def finish(
+        self, prepared: Any, upserts: dict[int, str], deletes: Sequence[int], outcome: Any = None
+    ) -> Any:
+        if outcome is None:
+            outcome = self.table.commit(prepared.action, from_cache=True)
+        stats = self.coordinator.finish(prepared, outcome)
+        assert stats.outcome == "committed"
+        self.expected.update(upserts)
+        for key in deletes:
+            self.expected.pop(key, None)
+        return stats
+
+    def prepare(self, upserts: dict[int, str], deletes: Sequence[int] = ()) -> Any:
+        parsed = ParsedMessages()
+        rows = [row(i, payload=p) for i, p in upserts.items()]
+        for data_file, members in write_partitioned(self.table, rows) if rows else []:
+            keys = pa.table({"id": pa.array([m["id"] for m in members], pa.int64())})
+            parsed.files.append((data_file, keys))
+        if deletes:
+            parsed.delete_keys.append(pa.table({"id": pa.array(list(deletes), pa.int64())}))
+        records = len(upserts) + len(deletes)
+        parsed.ranges[(TOPIC, 0)] = OffsetRange(self.offset, self.offset + records)
+        self.offset += records
+        return self.coordinator.prepare(self.offset, parsed)
+
+    def check(self) -> None:
+        got = pyiceberg_rows(self.table.refresh().metadata_location, ["id", "payload"])
+        ids = [i for i, _ in got]
+        assert len(ids) == len(set(ids)), "a key has two live rows"
+        assert dict(got) == self.expected
+
+
+def _random_batches(writer: Writer, rng: random.Random, n: int, keys: int = 300) -> None:
+    for b in range(n):
+        upserts = {k: f"b{b}-{k}" for k in rng.sample(range(keys), 40)}
+        live = sorted(set(writer.expected) - set(upserts))
+        deletes = rng.sample(live, min(len(live), 8)) if live else []
+        writer.batch(upserts, deletes)
+
+
+def test_sharded_upserts_and_deletes_are_exact(sqlite_catalog: Any) -> None:
+    table = create_table(sqlite_catalog, ("db", "sharded"), EVENTS)
+    writer = Writer(table)
+    _random_batches(writer, random.Random(1), 25)
+    writer.check()
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    assert writer.coordinator.index is None  # no driver index was built
+    assert sharded.manifest.snapshot_id == table.metadata.current_snapshot_id
+    assert sharded.manifest.entries == len(writer.expected)
+    # Every commit names the previous commit's manifest.
+    named = table.metadata.properties[INDEX_LOCATION_PROPERTY]
+    assert names_shards(table.metadata) and named != sharded.location
+    current = table.metadata.current_snapshot
+    assert current is not None
+    assert read_manifest(table.io, named).snapshot_id == current.parent_snapshot_id
+    # Chains grew deltas and were rebased into new bases (16 deltas a chain by default).
+    assert any(s.deltas for s in sharded.manifest.shards)
+
+
+def test_restart_resumes_from_the_named_manifest_without_a_rebuild(
+    sqlite_catalog: Any,
+) -> None:
+    table = create_table(sqlite_catalog, ("db", "restart"), EVENTS)
+    writer = Writer(table)
+    rng = random.Random(2)
+    _random_batches(writer, rng, 6)
+    writer.restart()
+    shard_lookup.CACHE.clear()  # a new process: no cached shard
+    _random_batches(writer, rng, 4)
+    writer.check()
+    assert writer.coordinator.sharded is not None
+    assert writer.coordinator.sharded.rebuilds == 0  # caught up, never rebuilt
+
+
+def test_another_writers_commit_is_caught_up_in_every_shard(sqlite_catalog: Any) -> None:
+    table = create_table(sqlite_catalog, ("db", "foreign"), EVENTS)
+    writer = Writer(table)
+    rng = random.Random(3)
+    _random_batches(writer, rng, 4)
+    # Another tool appends rows with new keys (and one duplicate of a live key).
+    files = write_partitioned(table, [row(1000 + i, payload="other") for i in range(30)])
+    table.commit_or_raise(FastAppend(tuple(f for f, _ in files)))
+    writer.expected.update({1000 + i: "other" for i in range(30)})
+    writer.batch({1000 + i: "ours" for i in range(0, 30, 3)}, [1001])
+    writer.check()
+    _random_batches(writer, rng, 3)
+    writer.check()
+    assert writer.coordinator.sharded is not None and writer.coordinator.sharded.rebuilds == 0
+
+
+def test_a_batch_that_never_committed_leaves_no_stale_shard(sqlite_catalog: Any) -> None:
+    """A crash between the shard tasks' writes and the catalog swap: the deltas exist,
+    and a reused worker's cache holds the shards as that batch left them, under chains
+    no manifest names. The restarted writer replays the offsets; its steps never read
+    those cached copies, and the table is exact."""
+    table = create_table(sqlite_catalog, ("db", "stale"), EVENTS)
+    writer = Writer(table, shards=2)
+    rng = random.Random(4)
+    _random_batches(writer, rng, 3)
+    offset = writer.offset
+    prepared = writer.prepare({k: "never" for k in range(0, 60, 2)}, [1, 3])
+    assert prepared.resolved is not None
+    speculative = [r.chain for r in prepared.resolved.results]
+    assert all(shard_lookup.CACHE.take(c) is not None for c in speculative[:1])
+    writer.offset = offset  # the crash: nothing committed, the offsets come again
+    writer.restart()  # the cache is kept, as in a reused Python worker
+    hits = shard_lookup.CACHE.hits
+    _random_batches(writer, rng, 4)
+    writer.check()
+    assert writer.coordinator.sharded is not None
+    manifest = writer.coordinator.sharded.manifest
+    assert manifest is not None
+    named = {f for s in manifest.shards for f in (s.location, *s.deltas)}
+    assert not named & {c.deltas[-1] for c in speculative if c.deltas}
+    assert shard_lookup.CACHE.hits > hits  # the later steps did use the cache
+
+
+def test_a_commit_retried_onto_another_writers_snapshot_drops_its_chains(
+    sqlite_catalog: Any,
+) -> None:
+    table = create_table(sqlite_catalog, ("db", "retried"), EVENTS)
+    writer = Writer(table)
+    rng = random.Random(7)
+    _random_batches(writer, rng, 3)
+    resolved_on = table.metadata.current_snapshot_id
+    prepared = writer.prepare({k: "retried" for k in range(10)}, [20])
+    other = write_partitioned(table, [row(2000 + i, payload="other") for i in range(5)])
+    Table.load(sqlite_catalog, table.ident).commit_or_raise(  # another writer
+        FastAppend(tuple(f for f, _ in other))
+    )
+    writer.expected.update({2000 + i: "other" for i in range(5)})
+    writer.finish(prepared, {k: "retried" for k in range(10)}, [20])
+    snapshot = table.metadata.current_snapshot
+    assert snapshot is not None and snapshot.parent_snapshot_id != resolved_on
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    assert sharded.manifest.snapshot_id == resolved_on  # the chains were dropped
+    writer.check()
+    _random_batches(writer, rng, 3)  # the next batch catches every shard up
+    writer.check()
+    assert sharded.rebuilds == 0
+
+
+def test_a_compaction_beside_the_stream_is_followed(sqlite_catalog: Any) -> None:
+    table = create_table(sqlite_catalog, ("db", "compacted"), EVENTS)
+    writer = Writer(table)
+    rng = random.Random(8)
+    _random_batches(writer, rng, 6)
+    policy = CompactionPolicy(target_file_bytes=1 << 20, min_input_files=2)
+    other = Table.load(sqlite_catalog, table.ident)
+    report = compact(other, policy, local_rewrite(other.io, policy.target_file_bytes))
+    assert report.groups_committed >= 1
+    _random_batches(writer, rng, 4)
+    writer.check()
+    assert writer.coordinator.sharded is not None and writer.coordinator.sharded.rebuilds == 0
+
+
+def test_a_corrupt_shard_is_rebuilt(sqlite_catalog: Any, caplog: Any) -> None:
+    table = create_table(sqlite_catalog, ("db", "corrupt"), EVENTS)
+    writer = Writer(table)
+    rng = random.Random(5)
+    _random_batches(writer, rng, 5)
+    # The manifest the table names (a restart reads it).
+    named = read_manifest(table.io, table.refresh().metadata.properties[INDEX_LOCATION_PROPERTY])
+    victim = named.shards[1]
+    path = victim.deltas[-1] if victim.deltas else victim.location
+    data = bytearray(table.io.read(path))
+    data[30] ^= 0xFF
+    with table.io.new_output_stream(path) as out:
+        out.write(bytes(data))
+    shard_lookup.CACHE.clear()
+    writer.restart()
+    with caplog.at_level(logging.WARNING):
+        _random_batches(writer, rng, 3)
+    writer.check()
+    assert "index shard 1 not used, rebuilding it" in caplog.text
+    assert "checksum mismatch" in caplog.text
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.rebuilds == 1  # that shard alone
+
+
+def test_switching_driver_to_sharded_and_back(sqlite_catalog: Any) -> None:
+    table = create_table(sqlite_catalog, ("db", "switch"), EVENTS)
+    writer = Writer(table, sharded=False)
+    rng = random.Random(6)
+    _random_batches(writer, rng, 4)
+    assert not names_shards(table.metadata)
+    writer.restart(sharded=True)
+    _random_batches(writer, rng, 4)
+    writer.check()
+    assert writer.coordinator.sharded is not None
+    assert writer.coordinator.sharded.rebuilds == 0  # the driver index was split
+    writer.coordinator.save_index()
+    assert names_shards(table.refresh().metadata)
+    writer.restart(sharded=False)
+    _random_batches(writer, rng, 4)
+    writer.check()
+    assert not names_shards(table.refresh().metadata)
+
+
+_SETTINGS = settings(
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+@_SETTINGS
+@given(steps=steps_strategy(10), partitioned=st.booleans())
+def test_random_histories_with_compactions_keep_lineage_in_sharded_mode(
+    steps: list[Step], partitioned: bool
+) -> None:
+    """The concurrency matrix of the driver index (batches, compactions, a compaction
+    landing between a batch's plan and commit, a batch landing inside a compaction's
+    rewrite), in sharded mode: after every step each snapshot reads as the model says,
+    row identities included."""
+    with cdc_sqlite_catalog() as catalog:
+        history, _ = run_history(catalog, steps, partitioned=partitioned, keep=True, sharded=True)
+    sharded = history.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+
+
+def test_orphan_removal_keeps_the_named_shards_and_finds_the_replaced_ones(
+    sqlite_catalog: Any,
+) -> None:
+    table = create_table(sqlite_catalog, ("db", "orphans"), EVENTS)
+    writer = Writer(table)
+    _random_batches(writer, random.Random(9), 20)  # past 16 deltas: chains got new bases
+    table.refresh()
+    named = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
+    chained = {f for s in named.shards for f in (s.location, *s.deltas)}
+    report = find_orphans(
+        table.io, table.metadata, table.metadata_location, older_than_ms=int(time.time() * 1000) + 1
+    )
+    orphans = {f.location for f in report.orphans}
+    assert not orphans & chained
+    shard_orphans = {o for o in orphans if "/calving-index/shards/" in o}
+    assert any(o.endswith(".calvidx") for o in shard_orphans)  # replaced chains' files

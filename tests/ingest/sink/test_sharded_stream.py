@@ -1,0 +1,96 @@
+"""CDC streams in sharded mode (``calving.index.mode = sharded``) through Spark: the
+shard steps run in Spark tasks, on the fused and the shuffle paths, and the table reads
+back exactly with pyiceberg, DuckDB and DataFusion; a restart resumes from the manifest
+the table names; a compaction beside the stream is followed without a rebuild."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from calving.commit.index import INDEX_LOCATION_PROPERTY
+from calving.commit.index.sharded import names_shards
+from calving.commit.index.shards import read_manifest
+from calving.commit.maintenance.compaction import compact
+from calving.commit.maintenance.compaction_plan import CompactionPolicy
+from calving.commit.table.table import Table, create_table
+from calving.ingest.decode import DebeziumDecoder
+from calving.ingest.kafka.producer import produce
+from calving.ingest.sink.foreach_batch import CalvingSink
+from calving.ingest.sink.shard_stage import SparkShardResolver
+from calving.ingest.write.rewrite import local_rewrite
+from tests.support.cdc import COLUMNS, SCHEMA, cdc_events
+from tests.support.oracles import ALL_READERS
+from tests.support.streams import PATHS, drain
+
+pytestmark = pytest.mark.integration
+
+SHARDED = {"calving.index.mode": "sharded", "calving.index.shards": "8"}
+
+
+def _sink(table: Table) -> CalvingSink:
+    return CalvingSink(table, lambda schema: DebeziumDecoder(schema), "cdc", index_save_every=2)
+
+
+def _check(table: Table, expected: Any) -> None:
+    table.refresh()
+    for name, read in ALL_READERS.items():
+        assert read(table.metadata_location, COLUMNS) == expected, name
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_cdc_stream_in_sharded_mode_reads_back_exactly(
+    path: str, spark: Any, broker: Any, make_topic: Any, sqlite_catalog: Any, tmp_path: Any
+) -> None:
+    topic = make_topic(partitions=3)
+    stream = cdc_events(keys=300, events=3000, partitions=3)
+    produce(broker.bootstrap_servers, topic, stream.records)
+    table = create_table(sqlite_catalog, ("db", "cdc"), SCHEMA, properties=SHARDED)
+    sink = _sink(table)
+    drain(
+        spark,
+        broker.bootstrap_servers,
+        topic,
+        sink,
+        str(tmp_path / "ckpt"),
+        max_offsets_per_trigger=700,
+        path=path,
+    )
+    sink.close()
+    _check(table, stream.expected)
+    sharded = sink.coordinator.sharded
+    assert sharded is not None and isinstance(sharded.resolver, SparkShardResolver)
+    assert sink.coordinator.index is None  # the driver built no index
+    assert sum(s.deleted_rows for s in sink.coordinator.history) > 0
+    assert names_shards(table.metadata)
+    manifest = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
+    assert manifest.snapshot_id == table.metadata.current_snapshot_id  # named at close
+    assert manifest.shard_count == 8 and manifest.entries == len(stream.expected)
+
+
+def test_restart_and_compaction_beside_a_sharded_stream(
+    spark: Any, broker: Any, make_topic: Any, sqlite_catalog: Any, tmp_path: Any
+) -> None:
+    topic = make_topic(partitions=2)
+    stream = cdc_events(keys=200, events=3000, partitions=2)
+    half = len(stream.records) // 2
+    produce(broker.bootstrap_servers, topic, stream.records[:half])
+    table = create_table(sqlite_catalog, ("db", "cdc2"), SCHEMA, properties=SHARDED)
+    checkpoint = str(tmp_path / "ckpt")
+    sink = _sink(table)
+    drain(spark, broker.bootstrap_servers, topic, sink, checkpoint, max_offsets_per_trigger=500)
+    policy = CompactionPolicy(target_file_bytes=1 << 20, min_input_files=2)
+    other = Table.load(sqlite_catalog, table.ident)
+    assert compact(
+        other, policy, local_rewrite(other.io, policy.target_file_bytes)
+    ).groups_committed
+    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    table.refresh()
+    restarted = _sink(table)  # a new writer: the table names the shards of a batch ago
+    drain(
+        spark, broker.bootstrap_servers, topic, restarted, checkpoint, max_offsets_per_trigger=500
+    )
+    _check(table, stream.expected)
+    sharded = restarted.coordinator.sharded
+    assert sharded is not None and sharded.rebuilds == 0

@@ -20,6 +20,7 @@ commit then fails, nothing names that chain and the entry ages out.
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,6 +41,7 @@ from calving.commit.index.shard_chain import (
     catch_up_shard,
     load_chain,
     read_added,
+    read_delta,
     write_base,
     write_delta,
 )
@@ -91,6 +93,8 @@ class ShardResult:
     #: Why the shard's chain could not be read (nothing else is set then): the driver
     #: rebuilds that shard and runs the batch's stage 2 again.
     unreadable: str = ""
+    #: The step's wall time in the task (load or cache, look up, write).
+    seconds: float = 0.0
 
 
 class ShardResolver(Protocol):
@@ -123,6 +127,18 @@ class ShardCache:
             else:
                 self.hits += 1
             return index
+
+    def take_prefix(self, chain: ShardFile) -> tuple[PrimaryKeyIndex, int] | None:
+        """The cached shard of the longest earlier state of ``chain`` (its base and
+        the first ``n`` of its deltas), and ``n``; None when none is cached."""
+        wanted = _chain_key(chain)
+        with self._lock:
+            earlier = [k for k in self._entries if len(k) < len(wanted) and wanted[: len(k)] == k]
+            best = max(earlier, key=len, default=None)
+            if best is None:
+                return None
+            self.hits += 1
+            return self._entries.pop(best), len(best) - 1
 
     def put(self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int) -> None:
         with self._lock:
@@ -165,18 +181,14 @@ def resolve_one(
     request: ShardRequest,
     fresh: Sequence[tuple[str, int, Keys, np.ndarray]],
 ) -> ShardResult:
+    started = time.perf_counter()
     manifest = job.manifest
     chain = manifest.shards[request.shard]
-    index = CACHE.take(chain)
-    hit = index is not None
-    if index is None:
-        try:
-            index = load_chain(io, manifest, chain)
-        except (UnreadableIndexError, FileNotFoundInTableError) as err:
-            none = np.empty(0, np.int64)
-            return ShardResult(chain, none, (), none, none, False, unreadable=str(err))
-    else:
-        apply_aliases(index, manifest.aliases)
+    try:
+        index, hit = _shard(io, manifest, chain)
+    except (UnreadableIndexError, FileNotFoundInTableError) as err:
+        none = np.empty(0, np.int64)
+        return ShardResult(chain, none, (), none, none, False, unreadable=str(err))
     before = chain.entries
     if job.catch_up is not None:
         catch_up_shard(index, request.shard, manifest.shard_count, job.catch_up, fresh)
@@ -224,7 +236,31 @@ def resolve_one(
         matches.positions,
         hit,
         tuple(f.path for f in request.added),
+        seconds=time.perf_counter() - started,
     )
+
+
+def _shard(io: FileIO, manifest: ShardManifest, chain: ShardFile) -> tuple[PrimaryKeyIndex, bool]:
+    """The shard's index and whether the cache had it: the very chain, or an earlier
+    state of it that the chain's later deltas (read from storage) bring forward, or
+    else the whole chain read."""
+    index = CACHE.take(chain)
+    if index is not None:
+        apply_aliases(index, manifest.aliases)
+        return index, True
+    earlier = CACHE.take_prefix(chain)
+    if earlier is None:
+        return load_chain(io, manifest, chain), False
+    index, applied = earlier
+    try:
+        apply_aliases(index, manifest.aliases)  # files renamed after its last step
+        for location in chain.deltas[applied:]:
+            added, deleted = read_delta(io, manifest, chain.shard, location)
+            apply_changes(index, added, deleted)
+            apply_aliases(index, manifest.aliases)
+    except IndexUpdateError as err:
+        raise UnreadableIndexError(chain.location, f"shard chain does not apply: {err}") from None
+    return index, True
 
 
 @dataclass(frozen=True)

@@ -203,6 +203,20 @@ class ShardedIndex:
         if KeyCodec(manifest.key_types).encoding_class() != KeyCodec(types).encoding_class():
             raise IndexMismatchError(f"{location}: the key types changed")
 
+    def _follow_key_types(
+        self, metadata: TableMetadata, manifest: ShardManifest
+    ) -> ShardManifest:
+        """The manifest with the table's key types, after a schema change that keeps
+        every key's encoding (int -> long); another change is a rebuild."""
+        _, types = key_spec(metadata)
+        if types == manifest.key_types:
+            return manifest
+        if KeyCodec(types).encoding_class() != KeyCodec(manifest.key_types).encoding_class():
+            log.info("index shards: the key types changed, rebuilding them")
+            return self.rebuild_all(metadata)
+        self.manifest = replace(manifest, key_types=types)
+        return self.manifest
+
     def _hold(self, manifest: ShardManifest, location: str) -> ShardManifest:
         self.manifest, self.location = manifest, location
         return manifest
@@ -224,7 +238,7 @@ class ShardedIndex:
         also record the keys of the batch's new ``files`` (row ``i`` at position ``i``).
         A shard the tasks cannot read is rebuilt alone and the stage runs again."""
         for attempt in range(2):
-            manifest = self.open(metadata)
+            manifest = self._follow_key_types(metadata, self.open(metadata))
             catch_up = self._catch_up(metadata, manifest)
             if catch_up is None and manifest.snapshot_id != metadata.current_snapshot_id:
                 manifest = self.rebuild_all(metadata)

@@ -35,6 +35,9 @@ from calving.ingest.sink.index_rebuild import rebuild_shards, shards_for
 
 log = logging.getLogger(__name__)
 
+#: Keys (looked up and added) up to which a batch's shard steps run in one task.
+SMALL_BATCH_ROWS = 20_000
+
 
 class ShardStageError(CalvingError):
     """The Spark job of a batch's stage 2 failed (its message names the cause)."""
@@ -53,7 +56,10 @@ class SparkShardResolver:
     def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
         sc = self.spark.sparkContext
         cores = max(1, int(sc.defaultParallelism))
-        tasks = max(1, min(len(requests), 2 * cores))
+        rows = sum(len(r.lookups) + sum(len(f.positions) for f in r.added) for r in requests)
+        # A task costs tens of milliseconds however little it does: a small batch's
+        # shards go to one task, a large batch's to two a core.
+        tasks = 1 if rows <= SMALL_BATCH_ROWS else max(1, min(len(requests), 2 * cores))
         described = sc.getLocalProperty("spark.job.description")
         sc.setJobDescription(f"calving index shards: {len(requests)} shard(s)")
         groups: list[list[ShardRequest]] = [[] for _ in range(tasks)]

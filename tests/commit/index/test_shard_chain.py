@@ -157,3 +157,9 @@ def test_the_cache_hands_a_chain_out_once_and_evicts_the_oldest(sqlite_catalog: 
     cache.put(b, build_from_table(table.io, table.metadata), shard_index.nbytes + 1)
     assert cache.take(a) is None and cache.take(b) is not None  # a went: over the budget
     assert (cache.hits, cache.misses) == (2, 2)
+    # An earlier state of a chain (its base and first delta) serves the chain that grew.
+    first = replace(b, deltas=("d1",))
+    cache.put(first, shard_index, 1 << 30)
+    assert cache.take_prefix(replace(b, deltas=("d1x", "d2"))) is None  # another history
+    assert cache.take_prefix(replace(b, deltas=("d1", "d2"))) == (shard_index, 1)
+    assert len(cache) == 0

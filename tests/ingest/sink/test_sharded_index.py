@@ -6,6 +6,7 @@ switches between driver and sharded mode all leave the table exact."""
 
 from __future__ import annotations
 
+import copy
 import logging
 import random
 import time
@@ -24,7 +25,10 @@ from calving.commit.index.shards import read_manifest
 from calving.commit.maintenance.compaction import compact
 from calving.commit.maintenance.compaction_plan import CompactionPolicy
 from calving.commit.maintenance.orphans import find_orphans
+from calving.commit.spec.schema import Schema
+from calving.commit.spec.types import INT, LONG, NestedField
 from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.update_schema import UpdateSchema
 from calving.commit.table.ledger import OffsetRange
 from calving.commit.table.table import Table, create_table
 from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
@@ -307,3 +311,53 @@ def test_orphan_removal_keeps_the_named_shards_and_finds_the_replaced_ones(
     assert not orphans & chained
     shard_orphans = {o for o in orphans if "/calving-index/shards/" in o}
     assert any(o.endswith(".calvidx") for o in shard_orphans)  # replaced chains' files
+
+
+def test_an_int_key_widened_to_long_keeps_the_shards(sqlite_catalog: Any) -> None:
+    """A mid-stream widening of the key column (int -> long) keeps every key's encoding:
+    the shards follow it without a rebuild, and the batches after it stay exact."""
+    fields = tuple(
+        NestedField(f.field_id, f.name, INT if f.name == "id" else f.field_type, f.required)
+        for f in EVENTS.fields
+    )
+    schema = Schema(fields, identifier_field_ids=EVENTS.identifier_field_ids)
+    table = create_table(sqlite_catalog, ("db", "widened"), schema)
+    writer = Writer(table)
+    rng = random.Random(10)
+    _random_batches(writer, rng, 3)
+    table.commit_or_raise(UpdateSchema(promote=(("id", LONG),)))
+    table.refresh()
+    _random_batches(writer, rng, 3)
+    writer.check()
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.rebuilds == 0
+    assert sharded.manifest is not None and sharded.manifest.key_types == (LONG,)
+
+
+def test_a_worker_holding_an_older_state_of_a_shard_reads_only_the_deltas_since(
+    sqlite_catalog: Any,
+) -> None:
+    """Two workers: the one that ran a shard's step two batches ago still caches the
+    shard as it left it (before that batch's row-lineage copy renamed its file). Given
+    the shard now, it applies the renames and the two deltas since, not the whole
+    chain, and the table stays exact."""
+    table = create_table(sqlite_catalog, ("db", "two_workers"), EVENTS)
+    writer = Writer(table, shards=1)
+    rng = random.Random(11)
+    _random_batches(writer, rng, 3)
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    chain = sharded.manifest.shards[0]
+    held = shard_lookup.CACHE.take(chain)
+    assert held is not None
+    other_worker = copy.deepcopy(held)
+    shard_lookup.CACHE.put(chain, held, 1 << 30)
+    _random_batches(writer, rng, 2)  # every update renames the batch's file
+    shard_lookup.CACHE.clear()
+    shard_lookup.CACHE.put(chain, other_worker, 1 << 30)
+    hits = shard_lookup.CACHE.hits
+    _random_batches(writer, rng, 1)
+    writer.check()
+    assert shard_lookup.CACHE.hits == hits + 1
+    assert sharded.rebuilds == 0  # the older state applied, no shard rebuilt
+    assert sharded.manifest is not None and sharded.manifest.aliases

@@ -27,6 +27,9 @@ Families:
   once more with the checkpoint's newest ``commits/`` entry removed (Spark re-runs that
   batch): replays never change the table's snapshots.
 
+Crash and re-split scenarios also run with the table's index in sharded mode
+(``/sharded``: the index in shard files that Spark tasks resolve).
+
 * ``broken/stream-forget-dv``: a driver running a broken build (``forget-dv``); the
   checker must catch it (deleted and superseded rows come back).
 
@@ -57,7 +60,7 @@ from typing import Any
 from calving.commit.faults import POINTS
 from tests.faults.catalogs import IDENT, CatalogSpec, make_spec
 from tests.faults.history import HistoryRecorder, read_history
-from tests.faults.invariants import Violation, check_table
+from tests.faults.invariants import CheckReport, Violation, check_table
 from tests.faults.scenarios import (
     TABLE_PROPERTIES,
     Context,
@@ -227,10 +230,16 @@ class StreamHarness:
     """One keyed table in one catalog, one broker, the drivers run on them."""
 
     def __init__(
-        self, ctx: Context, broker: Any, kind: str = "sqlite", path: str = "fused"
+        self,
+        ctx: Context,
+        broker: Any,
+        kind: str = "sqlite",
+        path: str = "fused",
+        index_mode: str = "driver",
     ) -> None:
         self.ctx = ctx
         self.path = path  # the drivers' [sink] path: fused (default) or shuffle
+        self.index_mode = index_mode  # the table's calving.index.mode
         self.dir = ctx.workdir
         self.broker = broker
         self.spec: CatalogSpec = make_spec(kind, self.dir, ctx.pg_url)
@@ -244,9 +253,12 @@ class StreamHarness:
         from calving.commit.table.table import create_table
         from tests.support.cdc import SCHEMA
 
+        properties = dict(TABLE_PROPERTIES)
+        if self.index_mode == "sharded":
+            properties |= {"calving.index.mode": "sharded", "calving.index.shards": "4"}
         catalog = self.spec.open()
         try:
-            create_table(catalog, IDENT, SCHEMA, properties=TABLE_PROPERTIES)
+            create_table(catalog, IDENT, SCHEMA, properties=properties)
         finally:
             catalog.close()
 
@@ -375,6 +387,9 @@ class StreamHarness:
                 expected_ledgers={WRITER: dict(ends)},
                 readers=readers,
             )
+            if self.index_mode == "sharded":
+                named = catalog.load_metadata_location(IDENT)
+                self._check_sharded(named, report)
         finally:
             catalog.close()
         key_copies = 0
@@ -390,6 +405,26 @@ class StreamHarness:
         self.violations.extend(report.violations)
         return report
 
+    def _check_sharded(self, metadata_location: str, report: CheckReport) -> None:
+        """In sharded mode the index the table names is a shard manifest (the drivers
+        ran stage 2), and it describes a snapshot of the table's history."""
+        from calving.commit.index.shards import read_manifest
+        from calving.commit.io import FileIO
+        from calving.commit.spec.metadata import parse_metadata
+
+        io = FileIO.for_location(metadata_location)
+        metadata = parse_metadata(io.read(metadata_location), metadata_location)
+        named = metadata.properties.get("calving.index.location", "")
+        if not named.endswith(".calvshards"):
+            report.add("sharded", f"the table's index is not a shard manifest: {named!r}")
+            return
+        manifest = read_manifest(io, named)
+        if (
+            manifest.snapshot_id is not None
+            and metadata.snapshot_by_id(manifest.snapshot_id) is None
+        ):
+            report.add("sharded", f"the shard manifest names snapshot {manifest.snapshot_id}")
+
 
 def _ends(topic: str, *parts: Mapping[int, int]) -> dict[tuple[str, int], int]:
     out: dict[tuple[str, int], int] = {}
@@ -400,13 +435,16 @@ def _ends(topic: str, *parts: Mapping[int, int]) -> dict[tuple[str, int], int]:
 
 
 def _with_broker(
-    body: Callable[[StreamHarness], None], kind: str = "sqlite", path: str = "fused"
+    body: Callable[[StreamHarness], None],
+    kind: str = "sqlite",
+    path: str = "fused",
+    index_mode: str = "driver",
 ) -> Callable[[Context], ScenarioResult]:
     def run(ctx: Context) -> ScenarioResult:
         from calving.ingest.kafka.broker import EmbeddedBroker
 
         with EmbeddedBroker(log_path=ctx.workdir / "tansu.log") as broker:
-            h = StreamHarness(ctx, broker, kind, path)
+            h = StreamHarness(ctx, broker, kind, path, index_mode)
             try:
                 body(h)
             finally:
@@ -830,6 +868,25 @@ register(
         "stream-crash",
         _with_broker(crash_scenario(QUICK_CHAIN, QUICK_SIZE)),
         quick=True,
+        needs=NEEDS,
+    )
+)
+# Sharded mode (the index in shard files, resolved by Spark tasks): the chained crash
+# points in the CI subset, a re-split replay in --full.
+register(
+    Scenario(
+        "stream-crash/" + "+".join(QUICK_CHAIN) + "/sharded",
+        "stream-crash",
+        _with_broker(crash_scenario(QUICK_CHAIN, QUICK_SIZE), index_mode="sharded"),
+        quick=True,
+        needs=NEEDS,
+    )
+)
+register(
+    Scenario(
+        "resplit/sharded",
+        "resplit",
+        _with_broker(resplit_scenario(QUICK_SIZE), index_mode="sharded"),
         needs=NEEDS,
     )
 )

@@ -45,6 +45,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "decode_debezium": _lazy("tests.bench.decode_debezium"),
     "index": _lazy("tests.bench.index_bench"),
     "index_rebuild": _lazy("tests.bench.index_rebuild"),
+    "index_sharded": _lazy("tests.bench.index_sharded"),
     "maintenance": _lazy("tests.bench.maintenance"),
     "maintenance_pass": _lazy("tests.bench.maintenance_pass"),
     "throughput": _lazy("tests.bench.throughput"),

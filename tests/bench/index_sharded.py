@@ -12,7 +12,8 @@ the index: the driver builds it, sharded mode rebuilds its shards on the executo
 * ``sharded <master>``: sharded mode, stage 2 in Spark tasks on ``local[2]`` or a
   standalone cluster of one or two one-core workers (``deploy/standalone/``).
 
-Figures: the driver's peak RSS (VmHWM) sharded vs driver; a batch's commit time
+Figures: the driver's peak RSS (VmHWM, from the first batch on: it opens the index)
+sharded vs driver; a batch's commit time
 (``Coordinator.commit_batch``: lookups, lineage copy, commit) with two workers vs one
 (sharded) and sharded vs driver. CPU-seconds of the whole tree (driver, its JVM, the
 cluster's daemons and executors with their Python workers) per batch beside them.
@@ -71,13 +72,23 @@ def _vm(field: str) -> float:
 # ---------------------------------------------------------------- a side (child)
 
 
-def _batch(table: Any, keys: int, rows: int, seed: int) -> tuple[Any, pa.Table]:
-    """A data file upserting ``rows`` existing keys (chosen by ``seed``), and its keys."""
+def _reset_peak() -> None:
+    """Start VmHWM again from the current RSS (the set-up's allocations are not the
+    index's)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def _batch(table: Any, rows: int, seed: int) -> tuple[Any, pa.Table]:
+    """A data file upserting ``rows`` existing keys (chosen by ``seed`` from the first
+    base file), and its keys."""
+    import pyarrow.parquet as pq
+
+    from calving.commit.io import local_path
     from calving.ingest.write.parquet_writer import write_data_file
     from tests.bench.index_rebuild import SCHEMA
 
-    rng = np.random.default_rng(25)
-    ids = rng.permutation(4 * keys)[:keys].astype(np.int64)  # build_table's keys
+    first = f"{table.metadata.location}/data/base-00000.parquet"
+    ids = pq.read_table(local_path(first), columns=["id"]).column("id").to_numpy()
     chosen = np.sort(np.random.default_rng(seed).choice(ids, rows, replace=False))
     data = pa.table(
         {
@@ -114,7 +125,22 @@ def child(args: argparse.Namespace) -> None:
             shard_count=args.shards,
             io_properties=io_props,
         )
-    files = [_batch(table, args.keys, args.batch_rows, seed) for seed in range(args.batches + 2)]
+    steps: list[dict[str, float]] = []
+    if coordinator.sharded is not None:
+        resolve = coordinator.sharded.resolve
+
+        def watched(*a: Any, **kw: Any) -> Any:
+            got = resolve(*a, **kw)
+            took = [r.seconds for r in got.results]
+            steps.append(
+                {"hits": got.cache_hits, "shards": len(took), "max": max(took, default=0.0),
+                 "sum": sum(took)}
+            )  # fmt: skip
+            return got
+
+        coordinator.sharded.resolve = watched  # type: ignore[method-assign]  # the bench's probe
+    files = [_batch(table, args.batch_rows, seed) for seed in range(args.batches + 2)]
+    _reset_peak()
     seconds, cpu, phases, deleted = [], [], [], []
     opened = 0.0
     for i, (data_file, keys) in enumerate(files):
@@ -144,6 +170,7 @@ def child(args: argparse.Namespace) -> None:
         "index_mib": (coordinator.index.nbytes / 2**20) if coordinator.index is not None else 0,
         "shards": sharded.manifest.shard_count if sharded and sharded.manifest else 0,
         "rebuilds": sharded.rebuilds if sharded else 0,
+        "steps": steps[2:],
     }
     if sharded is not None and sharded.rebuilds != 1:  # the first batch's, and no other
         raise AssertionError(f"sharded mode rebuilt its shards {sharded.rebuilds} times")
@@ -393,6 +420,9 @@ def to_figures(results: dict[str, Any]) -> list[Figure]:
         if side == "driver" or driver is None:
             continue
         rss, peer = results[side]["rss_peak_mib"], driver["rss_peak_mib"]
+        # The goal is at 100M keys: the sharded driver's RSS does not grow with the keys
+        # and the driver index's does, so a size of 50M+ that meets it meets it there.
+        judged = keys >= 50_000_000
         out.append(
             Figure(
                 "index_sharded",
@@ -400,21 +430,20 @@ def to_figures(results: dict[str, Any]) -> list[Figure]:
                 rss,
                 "driver index",
                 peer,
-                goal=f"ratio <= {GOAL_RSS}x at 100M keys (scaled)",
+                goal=f"value <= {GOAL_RSS}x the driver index's at 100M keys",
+                met=at_most(rss / peer, GOAL_RSS) if judged and peer else None,
                 note=note,
             )
         )
-        small = rows <= 1000
-        value, base = _median(results, side), _median(results, "driver")
+        # The commit stage alone; the 100-row latency goal is judged on a stream's
+        # batch cycle (``stream_figures``), which holds the batch's whole work.
         out.append(
             Figure(
                 "index_sharded",
-                f"{label}, {side}, s",
-                value,
+                f"{label}, commit stage, {side}, s",
+                _median(results, side),
                 "driver index",
-                base,
-                goal=f"<= {GOAL_SMALL}x the driver index" if small else "",
-                met=at_most(value / base, GOAL_SMALL) if small and value and base else None,
+                _median(results, "driver"),
             )
         )
     x1, x2 = _median(results, "sharded x1"), _median(results, "sharded x2")
@@ -438,7 +467,10 @@ def figures(quick: bool) -> list[Figure]:
     sides = ["driver", "sharded local[2]", "sharded x1", "sharded x2"]
     out = to_figures(measure(size["keys"], size["batch_rows"], size["batches"], sides, 16))
     small = measure(SMALL["keys"], SMALL["batch_rows"], SMALL["batches"], sides[:2], 4)
-    return out + to_figures(small)
+    out += to_figures(small)
+    out += stream_figures("local[2]", SMALL["keys"], 3000, SMALL["batch_rows"], 4)
+    keys, records = (2_000_000, 200_000) if quick else (10_000_000, 600_000)
+    return out + stream_figures("cluster x2", keys, records, 50_000, 16)
 
 
 def main(argv: list[str] | None = None) -> None:

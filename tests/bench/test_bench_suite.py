@@ -193,3 +193,27 @@ def test_the_soak_sums_given_up_groups_by_cause_over_the_pass_lines():
         line(RewriteConflictError=1, RetriesExhaustedError=3),
     ]
     assert _given_up_by(lines) == {"RetriesExhaustedError": 3, "RewriteConflictError": 3}
+
+
+def test_index_sharded_figures_from_recorded_sides():
+    """The sharded-index benchmark's figures from sides' results (no Spark here): RSS
+    and batch time against the driver index, and the 2-worker scaling with its goal."""
+    from tests.bench.index_sharded import to_figures
+
+    def side(seconds, rss):
+        return {"seconds": seconds, "cpu": [1.0], "open_s": 1.0, "rss_peak_mib": rss}
+
+    results = {
+        "driver": side([0.2, 0.3], 1600.0),
+        "sharded x1": side([0.8, 0.9], 900.0),
+        "sharded x2": side([0.5, 0.5], 950.0),
+        "keys": 20_000_000,
+        "batch_rows": 100_000,
+        "shards": 16,
+    }
+    by_name = {f.figure: f for f in to_figures(results)}
+    scaling = by_name["100,000-row upsert into 20M keys, sharded on 2 workers, s"]
+    assert scaling.value == 0.5 and scaling.peer_value == pytest.approx(0.85)
+    assert scaling.met is True  # 1.7x
+    rss = by_name["driver peak RSS, 20M keys, sharded x2, MiB"]
+    assert (rss.value, rss.peer_value) == (950.0, 1600.0)

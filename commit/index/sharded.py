@@ -203,9 +203,7 @@ class ShardedIndex:
         if KeyCodec(manifest.key_types).encoding_class() != KeyCodec(types).encoding_class():
             raise IndexMismatchError(f"{location}: the key types changed")
 
-    def _follow_key_types(
-        self, metadata: TableMetadata, manifest: ShardManifest
-    ) -> ShardManifest:
+    def _follow_key_types(self, metadata: TableMetadata, manifest: ShardManifest) -> ShardManifest:
         """The manifest with the table's key types, after a schema change that keeps
         every key's encoding (int -> long); another change is a rebuild."""
         _, types = key_spec(metadata)

@@ -46,6 +46,19 @@ class IntProperty:
 
 
 @dataclass(frozen=True)
+class PowerOfTwoProperty(IntProperty):
+    """A whole-number property that is 0 or a power of two."""
+
+    def parse(self, raw: str) -> int:
+        value = super().parse(raw)
+        if value & (value - 1):
+            raise InvalidTablePropertyError(
+                f"table property {self.name}={raw!r}: want 0 or a power of two; {FIX_HINT}"
+            )
+        return value
+
+
+@dataclass(frozen=True)
 class BoolProperty:
     """``true`` or ``false`` (any case), as Iceberg Java reads them."""
 
@@ -129,7 +142,7 @@ INDEX_MODE = ChoiceProperty("calving.index.mode", "auto", ("auto", "driver", "sh
 INDEX_SHARDED_ROWS = IntProperty("calving.index.sharded-rows", 20_000_000, 0)
 #: Shards of a sharded index (a power of two; 0: chosen when sharding starts, about 2M
 #: keys a shard and at least two a core). Fixed once the shards exist.
-INDEX_SHARDS = IntProperty("calving.index.shards", 0, 0, 1 << 16)
+INDEX_SHARDS = PowerOfTwoProperty("calving.index.shards", 0, 0, 1 << 16)
 #: Delta files a shard's chain holds before its task writes a new base.
 INDEX_SHARD_DELTAS = IntProperty("calving.index.shard-deltas", 16, 0, 10_000)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
@@ -283,12 +296,7 @@ class TableProperties:
 
     @property
     def index_shards(self) -> int:
-        value = self._int(INDEX_SHARDS)
-        if value & (value - 1):
-            raise InvalidTablePropertyError(
-                f"table property {INDEX_SHARDS.name}={value}: want a power of two; {FIX_HINT}"
-            )
-        return value
+        return self._int(INDEX_SHARDS)
 
     @property
     def index_shard_deltas(self) -> int:

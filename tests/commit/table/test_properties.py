@@ -47,6 +47,8 @@ def test_values_are_read_and_typed() -> None:
         ("commit.manifest.target-size-bytes", "12"),
         ("write.metadata.previous-versions-max", "-3"),
         ("write.data.path", ""),
+        ("calving.index.shards", "6"),
+        ("calving.index.mode", "executor"),
     ],
 )
 def test_bad_values_name_the_property_and_the_fix(name: str, value: str) -> None:

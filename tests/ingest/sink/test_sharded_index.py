@@ -28,6 +28,7 @@ from calving.commit.maintenance.orphans import find_orphans
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import INT, LONG, NestedField
 from calving.commit.table.actions.fast_append import FastAppend
+from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.actions.update_schema import UpdateSchema
 from calving.commit.table.ledger import OffsetRange
 from calving.commit.table.table import Table, create_table
@@ -361,3 +362,19 @@ def test_a_worker_holding_an_older_state_of_a_shard_reads_only_the_deltas_since(
     assert shard_lookup.CACHE.hits == hits + 1
     assert sharded.rebuilds == 0  # the older state applied, no shard rebuilt
     assert sharded.manifest is not None and sharded.manifest.aliases
+
+
+def test_a_new_shard_count_rebuilds_the_shards_at_the_next_start(sqlite_catalog: Any) -> None:
+    table = create_table(sqlite_catalog, ("db", "reshard"), EVENTS)
+    writer = Writer(table, shards=4)
+    rng = random.Random(12)
+    _random_batches(writer, rng, 4)
+    writer.coordinator.save_index()
+    table.commit_or_raise(UpdateProperties({"calving.index.shards": "8"}))
+    writer.restart()
+    _random_batches(writer, rng, 3)
+    writer.check()
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    assert sharded.manifest.shard_count == 8 and sharded.rebuilds == 1
+    assert sharded.manifest.entries == len(writer.expected)

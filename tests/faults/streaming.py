@@ -872,7 +872,7 @@ register(
     )
 )
 # Sharded mode (the index in shard files, resolved by Spark tasks): the chained crash
-# points in the CI subset, a re-split replay in --full.
+# points in the CI subset; every point alone and a re-split replay in --full.
 register(
     Scenario(
         "stream-crash/" + "+".join(QUICK_CHAIN) + "/sharded",
@@ -882,6 +882,15 @@ register(
         needs=NEEDS,
     )
 )
+for _point in POINTS:
+    register(
+        Scenario(
+            f"stream-crash/{_point}/sharded",
+            "stream-crash",
+            _with_broker(crash_scenario((_point,), QUICK_SIZE), index_mode="sharded"),
+            needs=NEEDS,
+        )
+    )
 register(
     Scenario(
         "resplit/sharded",

@@ -204,6 +204,33 @@ def resolve_one(
     )
     located = (file_index.astype(np.uint64) << np.uint64(32)) | matches.positions.astype(np.uint64)
     after = before - len(np.unique(located)) + sum(len(f.positions) for f in request.added)
+    new = _write_step(io, job, request, index, deleted, after)
+    CACHE.put(new, index, job.cache_bytes)
+    return ShardResult(
+        new,
+        matches.key_rows,
+        paths,
+        file_index.astype(np.int64),
+        matches.positions,
+        hit,
+        tuple(f.path for f in request.added),
+        seconds=time.perf_counter() - started,
+    )
+
+
+def _write_step(
+    io: FileIO,
+    job: ShardJob,
+    request: ShardRequest,
+    index: PrimaryKeyIndex,
+    deleted: Deleted,
+    after: int,
+) -> ShardFile:
+    """Apply the step's changes to ``index`` and write them: a new base after a
+    catch-up or once the chain holds ``max_deltas`` deltas, else a delta (nothing when
+    nothing changed). Returns the shard's chain after the step."""
+    manifest = job.manifest
+    chain = manifest.shards[request.shard]
     header = ShardHeader(
         manifest.table_uuid,
         job.snapshot_id,
@@ -227,17 +254,7 @@ def resolve_one(
         raise IndexUpdateError(
             f"shard {request.shard}: {new.entries} entries written, {after} expected"
         )
-    CACHE.put(new, index, job.cache_bytes)
-    return ShardResult(
-        new,
-        matches.key_rows,
-        paths,
-        file_index.astype(np.int64),
-        matches.positions,
-        hit,
-        tuple(f.path for f in request.added),
-        seconds=time.perf_counter() - started,
-    )
+    return new
 
 
 def _shard(io: FileIO, manifest: ShardManifest, chain: ShardFile) -> tuple[PrimaryKeyIndex, bool]:

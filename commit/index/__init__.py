@@ -11,7 +11,8 @@ task, and the worker's cache), ``shard_rebuild`` (shards rebuilt in-process) and
 
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import KeyHasher, KeyTypeError, NullKeyError, partition_of
-from calving.commit.index.pk_index import IndexUpdateError, Matches, PrimaryKeyIndex
+from calving.commit.index.matches import Matches
+from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
 from calving.commit.index.store import (
     INDEX_LOCATION_PROPERTY,
     IndexMismatchError,

@@ -15,7 +15,7 @@ entry the chain deleted (a commit that deleted a file's last rows drops the file
 are forgotten. The result must hold the entries the manifest says, else
 ``UnreadableIndexError`` names the shard's base: the caller rebuilds.
 
-``catch_up_shard`` follows what other commits did (``store.SnapshotDiff``): removed
+``catch_up_shard`` follows what other commits did (``snapshot_diff.SnapshotDiff``): removed
 files, new deletion-vector positions, and added files' keys that fall in the shard.
 """
 
@@ -47,7 +47,8 @@ from calving.commit.index.shards import (
     shard_of,
     write_shard,
 )
-from calving.commit.index.store import SnapshotDiff, live_keys
+from calving.commit.index.snapshot_diff import SnapshotDiff
+from calving.commit.index.store import live_keys
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 
@@ -234,7 +235,7 @@ def write_base(
 
 @dataclass(frozen=True)
 class ShardDiff:
-    """``store.SnapshotDiff`` as every shard task applies it: the data files (with their
+    """``snapshot_diff.SnapshotDiff`` as every shard task applies it: the data files (with their
     deletion vectors) whose keys each task reads for its shards."""
 
     from_snapshot: int | None

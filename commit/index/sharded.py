@@ -36,7 +36,7 @@ from pyroaring import BitMap64
 from calving.commit.errors import FileNotFoundInTableError
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
-from calving.commit.index.pk_index import Matches
+from calving.commit.index.matches import Matches
 from calving.commit.index.shard_chain import AddedFile, ShardDiff
 from calving.commit.index.shard_lookup import (
     ShardJob,
@@ -54,11 +54,11 @@ from calving.commit.index.shards import (
     split_index,
     write_manifest,
 )
+from calving.commit.index.snapshot_diff import diff_snapshots
 from calving.commit.index.store import (
     INDEX_LOCATION_PROPERTY,
     IndexMismatchError,
     count_full_rebuild,
-    diff_snapshots,
     key_spec,
     open_index,
 )

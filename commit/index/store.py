@@ -46,6 +46,7 @@ from calving.commit.index.index_file import (
 )
 from calving.commit.index.keys import KeyCodec
 from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
+from calving.commit.index.snapshot_diff import bitmap_positions, diff_snapshots
 from calving.commit.io import FileIO
 from calving.commit.spec.arrow import FIELD_ID_KEY
 from calving.commit.spec.data_file import DataFile
@@ -370,36 +371,6 @@ def catch_up(
     return index
 
 
-@dataclass(frozen=True)
-class SnapshotDiff:
-    """What changed between two snapshots' live files, as an index applies it: files
-    removed, positions newly deleted in files both hold, and files added (a file whose
-    deleted rows came back, as after a rollback, is both removed and added)."""
-
-    removed: list[str]
-    deletes: dict[str, np.ndarray]
-    added: list[str]
-    new: scan.LiveFiles
-
-
-def diff_snapshots(io: FileIO, old: scan.LiveFiles, new: scan.LiveFiles) -> SnapshotDiff:
-    removed = [p for p in old.data if p not in new.data]
-    added = sorted(p for p in new.data if p not in old.data)
-    deletes: dict[str, np.ndarray] = {}
-    for path in old.data.keys() & new.data.keys():
-        before, after = old.dvs.get(path), new.dvs.get(path)
-        if _same_dv(before, after):
-            continue
-        was = old.positions_deleted(io, path)
-        now = new.positions_deleted(io, path)
-        if len(was - now):  # rows came back (a rollback): index the file afresh
-            removed.append(path)
-            added.append(path)
-        else:
-            deletes[path] = _bitmap_positions(now - was)
-    return SnapshotDiff(removed, deletes, added, new)
-
-
 def _incremental_base(
     io: FileIO, index: PrimaryKeyIndex, metadata: TableMetadata
 ) -> tuple[str, scan.LiveFiles | None]:
@@ -429,17 +400,6 @@ def _incremental_base(
     return "", old
 
 
-def _same_dv(a: scan.LiveEntry | None, b: scan.LiveEntry | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    fa, fb = a.data_file, b.data_file
-    return (fa.file_path, fa.content_offset) == (fb.file_path, fb.content_offset)
-
-
-def _bitmap_positions(bitmap: Any) -> np.ndarray:
-    return np.frombuffer(bitmap.to_array(), np.uint64).astype(np.int64)
-
-
 def read_live_keys(
     io: FileIO,
     live: scan.LiveFiles,
@@ -467,7 +427,7 @@ def live_keys(
     keys = read_key_columns(io, data_file, key_field_ids)
     positions = np.arange(keys.num_rows, dtype=np.int64)
     if dv is not None:
-        deleted = _bitmap_positions(scan.read_dv(io, dv))
+        deleted = bitmap_positions(scan.read_dv(io, dv))
         if len(deleted):
             positions = np.setdiff1d(positions, deleted, assume_unique=True)
             keys = keys.take(pa.array(positions))

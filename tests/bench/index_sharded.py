@@ -282,17 +282,7 @@ def run_stream(
         "--keys", str(keys), "--records", str(records), "--max-offsets", str(max_offsets),
         "--shards", str(shards),
     ]  # fmt: skip
-    try:
-        done = subprocess.run(
-            command, env=env, check=True, timeout=3600, capture_output=True, text=True
-        )
-    except subprocess.CalledProcessError as err:
-        raise RuntimeError(f"stream {mode} on {master}: {err.stderr[-3000:]}") from None
-    finally:
-        if cluster is not None:
-            cluster.stop()
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    result = dict(json.loads(lines[-1]))
+    result = _run_child(command, env, cluster, f"stream {mode} on {master}")
     log(
         f"stream {mode} on {master}: {result['records'] / result['seconds']:,.0f} records/s, "
         f"{result['batches']} batches, cycle median {statistics.median(result['cycles']):.3f} s, "
@@ -343,6 +333,23 @@ def stream_figures(
     ]
 
 
+def _run_child(
+    command: list[str], env: dict[str, str] | None, cluster: Any, label: str
+) -> dict[str, Any]:
+    """Run a child of this benchmark (then stop ``cluster``, if any); its JSON result."""
+    try:
+        done = subprocess.run(
+            command, env=env, check=True, timeout=3600, capture_output=True, text=True
+        )
+    except subprocess.CalledProcessError as err:
+        raise RuntimeError(f"{label}: {err.stderr[-3000:]}") from None
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    return dict(json.loads(lines[-1]))
+
+
 # ---------------------------------------------------------------- the parent
 
 
@@ -372,15 +379,7 @@ def run_side(
         "--keys", str(keys), "--batch-rows", str(rows), "--batches", str(batches),
         "--shards", str(shards),
     ]  # fmt: skip
-    try:
-        done = subprocess.run(command, check=True, timeout=3600, capture_output=True, text=True)
-    except subprocess.CalledProcessError as err:
-        raise RuntimeError(f"{side}: {err.stderr[-3000:]}") from None
-    finally:
-        if cluster is not None:
-            cluster.stop()
-    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
-    result = dict(json.loads(lines[-1]))
+    result = _run_child(command, None, cluster, side)
     log(
         f"{side}: batch median {statistics.median(result['seconds']):.3f} s, "
         f"open {result['open_s']:.1f} s, peak RSS {result['rss_peak_mib']:.0f} MiB"

@@ -1,5 +1,5 @@
 """The hostile-shape matrix of maintenance beside a live stream (issue 20, part 3):
-``maintenance-matrix/<shape>/<cadence>/<catalog>``.
+``maintenance-matrix/<shape>/<cadence>/<catalog>[/sharded]``.
 
 Each cell streams keyed Debezium CDC (creates, updates, deletes with tombstones) with
 ``calving run CONFIG --available-now`` while maintenance runs beside it: ``calving
@@ -16,9 +16,11 @@ hundreds of partitions of a few rows); ``day-late`` (``day(ts)``, 15% of events 
 Required: the stream exits 0 with no failed batch; maintenance exits 0 and no pass
 failed (a group given up is allowed); pyiceberg, DuckDB and pyiceberg-core equal the
 model. Every cell is in ``--full``: every shape at every cadence on SQLite, every shape
-at 2 s on PostgreSQL and through the REST catalog. CI runs ``QUICK_CELLS`` and the broken
-build, and the bucket x truncate cell at 2 s on SQLite as
-tests/ingest/test_maintenance_priority.py.
+at 2 s on PostgreSQL and through the REST catalog; and ``/sharded`` (the table's
+primary-key index in sharded mode, ``calving.index.mode = "sharded"``: lookups on the
+executors, shards following every compaction's position map) for every shape at 0.5 s,
+2 s and inline on SQLite. CI runs ``QUICK_CELLS`` and the broken build, and the bucket
+x truncate cell at 2 s on SQLite as tests/ingest/test_maintenance_priority.py.
 """
 
 from __future__ import annotations
@@ -141,7 +143,7 @@ columns = [
   {{ name = "version", type = "long" }},
   {{ name = "ts", type = "timestamptz" }},
 ]
-properties = {{ "commit.retry.num-retries" = "0" }}
+properties = {{ "commit.retry.num-retries" = "0"{properties} }}
 
 [sink]
 writer_id = "items"
@@ -168,8 +170,10 @@ def write_config(
     bootstrap: str,
     topic: str = "items",
     max_offsets: int = 600,
+    index_mode: str = "",
 ) -> Path:
-    """The cell's pipeline TOML in ``tmp`` (and its catalog, empty)."""
+    """The cell's pipeline TOML in ``tmp`` (and its catalog, empty); ``index_mode``:
+    the table's ``calving.index.mode`` (empty: the default)."""
     spec = make_spec(catalog, tmp, pg_url)
     rest = catalog.startswith("rest-")
     inline = 'inline = true\ninline_interval = "2 seconds"\ninline_budget = "2 seconds"'
@@ -185,12 +189,15 @@ def write_config(
             partition=", ".join(f'"{p}"' for p in shape.partition),
             tmp=tmp,
             inline=inline if cadence == "inline" else "",
+            properties=f', "calving.index.mode" = "{index_mode}"' if index_mode else "",
         )
     )
     return path
 
 
-def matrix_scenario(shape_name: str, cadence: str, catalog: str, mutation: str = "") -> Any:
+def matrix_scenario(
+    shape_name: str, cadence: str, catalog: str, mutation: str = "", index_mode: str = ""
+) -> Any:
     shape = SHAPES[shape_name]
 
     def run(ctx: Context) -> ScenarioResult:
@@ -206,9 +213,17 @@ def matrix_scenario(shape_name: str, cadence: str, catalog: str, mutation: str =
             result.produced = len(records)
             try:
                 config = write_config(
-                    ctx.workdir, shape, cadence, catalog, ctx.pg_url, broker.bootstrap_servers
+                    ctx.workdir,
+                    shape,
+                    cadence,
+                    catalog,
+                    ctx.pg_url,
+                    broker.bootstrap_servers,
+                    index_mode=index_mode,
                 )
                 _run_cell(config, CADENCES[cadence], ctx.workdir, result, mutation)
+                if index_mode and not result.violations:
+                    _check_index_mode(ctx.workdir / "stream.log", index_mode, result)
                 if not result.violations:
                     _check_rows(config, sorted(final.values()), result)
             finally:
@@ -275,6 +290,13 @@ def _judge(tmp: Path, code: int, separate: bool, result: StreamResult) -> None:
     )
 
 
+def _check_index_mode(log: Path, mode: str, result: Any) -> None:
+    """The stream really ran its primary-key index in ``mode`` (its log says so)."""
+    said = f"primary-key index in {mode} mode"
+    if said not in log.read_text():
+        result.violations.append(Violation("harness", f"the stream's log never says {said!r}"))
+
+
 def _check_rows(config: Path, expected: list[tuple[int, str, int]], result: Any) -> None:
     from tests.support import maintenance_acceptance as m
     from tests.support.oracles import ALL_READERS
@@ -289,16 +311,18 @@ def _check_rows(config: Path, expected: list[tuple[int, str, int]], result: Any)
             result.violations.append(Violation("rows", f"{name} differs from the model"))
 
 
-#: The cells CI runs (tests/faults/test_maintenance_scenarios.py): every shape, cadence
-#: and catalog at least once (bucket x truncate at 2 s on SQLite is
+#: The cells CI runs (tests/faults/test_maintenance_scenarios.py): every shape, cadence,
+#: catalog and index mode at least once (bucket x truncate at 2 s on SQLite is
 #: tests/ingest/test_maintenance_priority.py), about 30 s each here.
 QUICK_CELLS = {
     "identity-string/2s/postgres",
     "day-late/2s/rest-sqlite",
-    "hot-keys/0.5s/sqlite",
+    "hot-keys/0.5s/sqlite/sharded",
     "unpartitioned/inline/sqlite",
     "unpartitioned/5s/sqlite",
 }
+#: Sharded mode's cells (``--full``): every shape at these cadences on SQLite.
+SHARDED_CADENCES = ("0.5s", "2s", "inline")
 
 for _shape in SHAPES:
     for _cadence in CADENCES:
@@ -315,6 +339,19 @@ for _shape in SHAPES:
                     needs=NEEDS | ({"postgres"} if "postgres" in _catalog else set()),
                 )
             )
+for _shape in SHAPES:
+    for _cadence in SHARDED_CADENCES:
+        _cell = f"{_shape}/{_cadence}/sqlite/sharded"
+        register(
+            Scenario(
+                f"maintenance-matrix/{_cell}",
+                "maintenance-matrix",
+                matrix_scenario(_shape, _cadence, "sqlite", index_mode="sharded"),
+                quick=_cell in QUICK_CELLS,
+                slow=True,
+                needs=NEEDS,
+            )
+        )
 register(
     Scenario(
         "broken/maintenance-matrix-counted",

@@ -83,24 +83,30 @@ def test_every_crash_point_and_catalog_kills_a_maintenance_pass_in_the_ci_subset
     assert len(every) == len(POINTS) * len(KINDS)
 
 
-def test_the_maintenance_matrix_covers_every_shape_cadence_and_catalog() -> None:
-    from tests.faults.maintenance_matrix import CADENCES, CATALOGS, SHAPES
+def test_the_maintenance_matrix_covers_every_shape_cadence_catalog_and_index_mode() -> None:
+    from tests.faults.maintenance_matrix import CADENCES, CATALOGS, SHAPES, SHARDED_CADENCES
 
-    cells = [s.name.split("/")[1:] for s in selected("full") if s.family == "maintenance-matrix"]
+    names = [s.name.split("/")[1:] for s in selected("full") if s.family == "maintenance-matrix"]
+    cells = [n for n in names if len(n) == 3]
+    sharded = [tuple(n[:3]) for n in names if len(n) == 4 and n[3] == "sharded"]
+    assert len(cells) + len(sharded) == len(names)
     assert {(shape, cadence) for shape, cadence, kind in cells if kind == "sqlite"} == {
         (shape, cadence) for shape in SHAPES for cadence in CADENCES
     }
     assert {(shape, kind) for shape, cadence, kind in cells if cadence == "2s"} == {
         (shape, kind) for shape in SHAPES for kind in CATALOGS
     }
+    assert set(sharded) == {(s, c, "sqlite") for s in SHAPES for c in SHARDED_CADENCES}
     assert {"0.5s", "2s", "5s", "inline"} <= set(CADENCES) and len(SHAPES) >= 5
     broken = [s for s in selected("full") if s.name == "broken/maintenance-matrix-counted"]
     assert broken and broken[0].expect_violations and broken[0] in QUICK
-    # CI's cells (with test_maintenance_priority.py's bucket x truncate) reach every value.
+    # CI's cells (with test_maintenance_priority.py's bucket x truncate) reach every value,
+    # sharded mode included.
     quick = [s.name.split("/")[1:] for s in QUICK if s.family == "maintenance-matrix"]
     for axis, values in enumerate((SHAPES, CADENCES, CATALOGS)):
         seen = {cell[axis] for cell in quick} | {("bucket-x-truncate", "2s", "sqlite")[axis]}
         assert seen == set(values), (axis, seen)
+    assert any(cell[3:] == ["sharded"] for cell in quick)
 
 
 def test_the_rest_path_is_in_the_ci_subset() -> None:

@@ -113,7 +113,7 @@ class _Directory:
 def _read_dvs(io: FileIO, deltas: Sequence[SnapshotDelta]) -> dict[str, BitMap64]:
     """The positions of every deletion vector the range needs, by Puffin location and
     offset: each one the range added, and the ones it replaced that were there before
-    the range (a file's first change in it). Read in parallel."""
+    the range (a file's first change in it). One read a Puffin file, in parallel."""
     wanted: dict[str, DataFile] = {}
     seen: set[str] = set()
     for d in deltas:
@@ -125,9 +125,15 @@ def _read_dvs(io: FileIO, deltas: Sequence[SnapshotDelta]) -> dict[str, BitMap64
                     wanted[_dv_key(old)] = old
         for dv in d.new_dvs.values():
             wanted[_dv_key(dv)] = dv
+    by_file: dict[str, list[DataFile]] = {}
+    for dv in wanted.values():
+        by_file.setdefault(dv.file_path, []).append(dv)
+    groups = list(by_file.values())
+    out: dict[str, BitMap64] = {}
     with ThreadPoolExecutor(_READ_THREADS) as pool:
-        read = pool.map(lambda dv: scan.read_dv(io, dv), wanted.values())
-        return dict(zip(wanted, read))
+        for group, read in zip(groups, pool.map(lambda g: scan.read_dvs_of_file(io, g), groups)):
+            out.update((_dv_key(dv), positions) for dv, positions in zip(group, read))
+    return out
 
 
 def _dv_key(dv: DataFile) -> str:

@@ -300,14 +300,32 @@ def _int_list_in(raw: Any, what: str) -> tuple[int, ...] | None:
     return tuple(raw)
 
 
+#: The data file's column metrics: (field name, field id, value type).
+_METRIC_MAPS = (
+    ("column_sizes", 108, int),
+    ("value_counts", 109, int),
+    ("null_value_counts", 110, int),
+    ("nan_value_counts", 137, int),
+    ("lower_bounds", 125, bytes),
+    ("upper_bounds", 128, bytes),
+)
+_NO_METRICS: dict[str, Any] = {name: None for name, _, _ in _METRIC_MAPS}
+
+
 class _EntryDecoder:
     """Turns decoded Avro records of one manifest into ``ManifestEntry`` values."""
 
     def __init__(
-        self, container: AvroContainer, version: int, spec_id: int, ptype: StructType | None
+        self,
+        container: AvroContainer,
+        version: int,
+        spec_id: int,
+        ptype: StructType | None,
+        metrics: bool = True,
     ) -> None:
         self.version = version
         self.spec_id = spec_id
+        self.metrics = metrics
         self.entry = RecordFields(container.schema, "manifest_entry", ENTRY_FIELDS)
         self.data_file = RecordFields(
             self.entry.type_of(DATA_FILE_FIELD_ID), "data_file", DATA_FILE_FIELDS
@@ -330,6 +348,13 @@ class _EntryDecoder:
         content = self.data_file.value(raw, 134, int, False)
         return bool(content) or self.data_file.value(raw, 142, int, False) is not None
 
+    def _metrics(self, raw: dict[str, Any]) -> dict[str, Any]:
+        d = self.data_file
+        return {
+            name: _int_map_in(d.get(raw, field_id), kind, name)
+            for name, field_id, kind in _METRIC_MAPS
+        }
+
     def decode(self, record: dict[str, Any]) -> ManifestEntry:
         e, d = self.entry, self.data_file
         raw = e.value(record, DATA_FILE_FIELD_ID, dict, True)
@@ -339,6 +364,7 @@ class _EntryDecoder:
             for f in self.partition_type.fields
         )
         content = d.value(raw, 134, int, self.version >= 2)
+        maps = self._metrics(raw) if self.metrics else _NO_METRICS
         data_file = DataFile(
             content=FileContent(0 if content is None else content),
             file_path=d.value(raw, 100, str, True),
@@ -346,12 +372,7 @@ class _EntryDecoder:
             partition=partition,
             record_count=d.value(raw, 103, int, True),
             file_size_in_bytes=d.value(raw, 104, int, True),
-            column_sizes=_int_map_in(d.get(raw, 108), int, "column_sizes"),
-            value_counts=_int_map_in(d.get(raw, 109), int, "value_counts"),
-            null_value_counts=_int_map_in(d.get(raw, 110), int, "null_value_counts"),
-            nan_value_counts=_int_map_in(d.get(raw, 137), int, "nan_value_counts"),
-            lower_bounds=_int_map_in(d.get(raw, 125), bytes, "lower_bounds"),
-            upper_bounds=_int_map_in(d.get(raw, 128), bytes, "upper_bounds"),
+            **maps,
             key_metadata=d.value(raw, 131, bytes, False),
             split_offsets=_int_list_in(d.get(raw, 132), "split_offsets"),
             equality_ids=_int_list_in(d.get(raw, 135), "equality_ids"),
@@ -392,13 +413,16 @@ def read_manifest(
     *,
     partition_type: StructType | None = None,
     skip_existing: bool = False,
+    metrics: bool = True,
 ) -> Manifest:
     """Decode a v1, v2 or v3 manifest. Without ``partition_type`` it is derived from
     the file's Avro schema (names as written, ids and types exact). Corrupt bytes
     raise ``CorruptFileError`` naming ``source``. ``skip_existing``: EXISTING entries
     are left out undecoded (what a snapshot changed is in its ADDED and DELETED
     entries), except a data file without a ``first_row_id``, whose rows take ids the
-    later entries' inherited ``first_row_id`` depends on."""
+    later entries' inherited ``first_row_id`` depends on. ``metrics`` False: the column
+    metrics (sizes, counts, bounds) are left None, undecoded, for a reader that needs
+    only which files an entry names (never for entries that are written again)."""
     container = read_container(data, source)
     meta = container.metadata
     try:
@@ -412,7 +436,7 @@ def read_manifest(
             if key not in meta:
                 raise SchemaError(f"metadata lacks {key!r}")
         spec_id = _metadata_int(meta, "partition-spec-id", 0)
-        decoder = _EntryDecoder(container, version, spec_id, partition_type)
+        decoder = _EntryDecoder(container, version, spec_id, partition_type, metrics)
         records = container.records
         if skip_existing:
             records = tuple(r for r in records if not decoder.skippable(r))

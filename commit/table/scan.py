@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sized
+from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import cast
 
@@ -146,13 +146,16 @@ def changed_entries(
     io: FileIO, metadata: TableMetadata, manifest: ManifestFile
 ) -> tuple[ManifestEntry, ...]:
     """A manifest's ADDED and DELETED entries, values inherited: from the cache when it
-    was read whole, else decoding only those entries (and what their row ids need)."""
+    was read whole, else decoding only those entries (and what their row ids need),
+    without their column metrics (what a change feed needs: which files changed)."""
     cached = _MANIFESTS.get(manifest.manifest_path)
     if cached is None:
         spec = metadata.spec_by_id(manifest.partition_spec_id)
         ptype = spec.partition_type(metadata.schema)
         key = manifest.manifest_path
-        parsed = read_manifest(io.read(key), key, partition_type=ptype, skip_existing=True)
+        parsed = read_manifest(
+            io.read(key), key, partition_type=ptype, skip_existing=True, metrics=False
+        )
         cached = tuple(inherit(parsed.entries, manifest))
     return tuple(e for e in cached if e.status != EntryStatus.EXISTING)  # type: ignore[attr-defined]
 
@@ -249,6 +252,34 @@ def read_dv(io: FileIO, dv: DataFile) -> BitMap64:
         return BitMap64(cached)  # a copy: callers may change theirs
     blob = io.read_range(dv.file_path, dv.content_offset, dv.content_size_in_bytes)
     return deserialize_dv(blob, where)
+
+
+def read_dvs_of_file(io: FileIO, dvs: Sequence[DataFile]) -> list[BitMap64]:
+    """The positions of deletion vectors that all sit in one Puffin file, in order, with
+    one read of the span they cover (a commit writes its vectors into one file, so a
+    range of snapshots reads one file a commit instead of one a vector)."""
+    if len({dv.file_path for dv in dvs}) > 1:
+        raise ValueError("read_dvs_of_file: deletion vectors of more than one file")
+    out: list[BitMap64 | None] = []
+    wanted: list[tuple[int, DataFile]] = []
+    for dv in dvs:
+        cached = _DVS.get(f"{dv.file_path}@{dv.content_offset}")
+        out.append(BitMap64(cached) if isinstance(cached, BitMap64) else None)
+        if out[-1] is None:
+            if dv.content_offset is None or dv.content_size_in_bytes is None:
+                out[-1] = read_dv(io, dv)  # raises the typed error
+                continue
+            wanted.append((len(out) - 1, dv))
+    if wanted:
+        location = wanted[0][1].file_path
+        start = min(dv.content_offset or 0 for _, dv in wanted)
+        end = max((dv.content_offset or 0) + (dv.content_size_in_bytes or 0) for _, dv in wanted)
+        span = io.read_range(location, start, end - start)
+        for at, dv in wanted:
+            offset = (dv.content_offset or 0) - start
+            blob = span[offset : offset + (dv.content_size_in_bytes or 0)]
+            out[at] = deserialize_dv(blob, f"{location}@{dv.content_offset}")
+    return cast(list[BitMap64], out)
 
 
 def files_reached(io: FileIO, metadata: TableMetadata, snapshots: Iterable[Snapshot]) -> set[str]:

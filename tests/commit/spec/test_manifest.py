@@ -124,6 +124,15 @@ def test_round_trip_values_and_bytes(
     # The caller's own partition type reads the same values.
     again = read_manifest(data, SOURCE, partition_type=ptype)
     assert [comparable(e) for e in again.entries] == [comparable(e) for e in entries]
+    # Without metrics: everything else the same, the six metric maps None.
+    bare = read_manifest(data, SOURCE, partition_type=ptype, metrics=False)
+    no_metrics = dict.fromkeys(
+        ("column_sizes", "value_counts", "null_value_counts", "nan_value_counts")
+        + ("lower_bounds", "upper_bounds")
+    )
+    assert [comparable(e) for e in bare.entries] == [
+        comparable(replace(e, data_file=replace(e.data_file, **no_metrics))) for e in entries
+    ]
 
 
 @settings(max_examples=30, deadline=None)

@@ -195,3 +195,19 @@ def test_feed_matches_the_model_and_the_full_scan_diff_postgres(
 ) -> None:
     with postgres_catalog(pg_url) as catalog:
         run_and_check_ranges(catalog, steps, partitioned, data)
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steps=_steps, data=st.data())
+def test_remote_storage_reads_by_threads_give_the_same_feed(
+    steps: Any, data: st.DataObject
+) -> None:
+    """Remote storage reads manifests and deletion vectors on threads, a share of the
+    files each; local files are read in turn. The threaded path on this history."""
+    from calving.commit.changelog import feed
+
+    assert feed._threads(["/tmp/a", "file:///tmp/b"]) == 1
+    assert feed._threads(["/tmp/a", "s3://bucket/b"]) == feed._READ_THREADS
+    with pytest.MonkeyPatch.context() as mp, sqlite_catalog() as catalog:
+        mp.setattr(feed, "_threads", lambda locations: feed._READ_THREADS)
+        run_and_check_ranges(catalog, steps, True, data)

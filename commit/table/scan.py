@@ -256,8 +256,8 @@ def read_dv(io: FileIO, dv: DataFile) -> BitMap64:
 
 def read_dvs_of_file(io: FileIO, dvs: Sequence[DataFile]) -> list[BitMap64]:
     """The positions of deletion vectors that all sit in one Puffin file, in order, with
-    one read of the span they cover (a commit writes its vectors into one file, so a
-    range of snapshots reads one file a commit instead of one a vector)."""
+    one read of the span they cover: a file holding several (``calving.dv.blobs-per-
+    puffin`` above 1, or another writer's) is opened once for all of them."""
     if len({dv.file_path for dv in dvs}) > 1:
         raise ValueError("read_dvs_of_file: deletion vectors of more than one file")
     out: list[BitMap64 | None] = []

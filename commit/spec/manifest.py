@@ -300,14 +300,18 @@ def _int_list_in(raw: Any, what: str) -> tuple[int, ...] | None:
     return tuple(raw)
 
 
-#: The data file's column metrics: (field name, field id, value type).
-_METRIC_MAPS = (
-    ("column_sizes", 108, int),
-    ("value_counts", 109, int),
-    ("null_value_counts", 110, int),
-    ("nan_value_counts", 137, int),
-    ("lower_bounds", 125, bytes),
-    ("upper_bounds", 128, bytes),
+#: The data file's column metrics: (field name, field id, value type), the names those
+#: of ``DATA_FILE_FIELDS`` (and of ``DataFile``).
+_METRIC_MAPS = tuple(
+    (DATA_FILE_FIELDS[field_id][0], field_id, kind)
+    for field_id, kind in (
+        (108, int),
+        (109, int),
+        (110, int),
+        (137, int),
+        (125, bytes),
+        (128, bytes),
+    )
 )
 _NO_METRICS: dict[str, Any] = {name: None for name, _, _ in _METRIC_MAPS}
 

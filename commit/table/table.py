@@ -50,10 +50,9 @@ class Table:
 
     @staticmethod
     def load(catalog: Catalog, ident: TableIdent, io: FileIO | None = None) -> Table:
-        location = catalog.load_metadata_location(ident)
+        location = catalog.load_metadata_location(ident)  # one read: the io follows it
         io = catalog.table_io(ident, io or FileIO.for_location(location))
-        location, metadata = load_metadata(catalog, io, ident)
-        return Table(catalog, ident, io, location, metadata)
+        return Table(catalog, ident, io, location, read_metadata_cached(io, location))
 
     @property
     def name(self) -> str:

@@ -12,7 +12,7 @@ section; with no schema in the events, the schema is inferred from the records r
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -38,13 +38,17 @@ from calving.ingest.decode.connect_types import ConnectSchemaError
 from calving.ingest.decode.schema_registry import SchemaSource
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
-from calving.ingest.kafka.range_reader import read_range
+from calving.ingest.kafka.prefetch import BUDGET
+from calving.ingest.kafka.range_reader import RangeReader, read_range
 from calving.ingest.kafka.source import kafka_arrow_schema
 
 log = logging.getLogger("calving.many.discover")
 
 #: Records read (at most) from a new topic to find its first change event.
 FIRST_EVENT_LIMIT = 500
+#: Offsets of each new topic read together first: a change event with its schema needs
+#: one (a schemaless topic's sample, for inference, is read whole up to the limit).
+PROBE_OFFSETS = 16
 
 
 @dataclass(frozen=True)
@@ -64,23 +68,91 @@ def first_event(
     ranges: Iterable[OffsetRange],
     schemas: SchemaSource | None = None,
     limit: int = FIRST_EVENT_LIMIT,
+    reader: RangeReader | None = None,
 ) -> FirstEvent | None:
     """The first change event (a JSON value, or Confluent Avro read with ``schemas``) in
-    ``ranges``, parsed; None if there is none (only tombstones so far)."""
+    ``ranges``, parsed; None if there is none (only tombstones so far) within ``limit``
+    records. Read on ``reader``'s consumer when given, else on a consumer of its own."""
     schema = kafka_arrow_schema(options.include_headers)
     seen: list[pa.RecordBatch] = []
     for span in ranges:
-        for rb in read_range(options, span, schema):
+        batches = (
+            reader.read(span, schema) if reader is not None else read_range(options, span, schema)
+        )
+        for rb in batches:
             seen.append(rb.select(["key", "value"]))
-            for key, value in zip(rb.column("key").to_pylist(), rb.column("value").to_pylist()):
-                if schemas is not None and value is not None and value[:1] == b"\x00":
-                    return _avro_event(span.topic, value, key, schemas, pa.Table.from_batches(seen))
-                doc = json_or_none(value)
-                if isinstance(doc, dict):
-                    sample = pa.Table.from_batches(seen)
-                    return _parsed(span.topic, doc, json_or_none(key), sample)
+            event = _event_in(span.topic, rb, seen, schemas)
+            if event is not None:
+                return event
             if sum(b.num_rows for b in seen) >= limit:
                 return None
+    return None
+
+
+def first_events(
+    options: KafkaSourceOptions,
+    spans: Mapping[str, Sequence[OffsetRange]],
+    schemas: SchemaSource | None = None,
+    limit: int = FIRST_EVENT_LIMIT,
+) -> dict[str, FirstEvent | None]:
+    """``first_event`` of each topic of ``spans``, on one consumer: the first
+    ``PROBE_OFFSETS`` offsets of every topic's first range are fetched together
+    (``RangeReader.prefetch``, up to its budget at a time), so routing 500 new topics
+    costs a few fetches instead of a consumer and a fetch each. A topic whose probe
+    holds no change event, or one without a schema (whose sample is for inference), is
+    read as ``first_event`` reads it."""
+    probes = {
+        topic: OffsetRange(r.topic, r.partition, r.start, min(r.end, r.start + PROBE_OFFSETS))
+        for topic, ranges in spans.items()
+        for r in ranges[:1]
+    }
+    out: dict[str, FirstEvent | None] = {}
+    with RangeReader(options) as reader:
+        for chunk in _budgeted(list(probes.items())):
+            reader.prefetch([probe for _, probe in chunk])
+            for topic, probe in chunk:
+                out[topic] = first_event(options, [probe], schemas, limit, reader)
+        for topic, ranges in spans.items():
+            event = out.get(topic)
+            probed = probes[topic].size if topic in probes else 0
+            if (
+                event is None
+                and sum(r.size for r in ranges) > probed
+                or event is not None
+                and event.value_schema is None
+            ):
+                out[topic] = first_event(options, ranges, schemas, limit, reader)
+            out.setdefault(topic, None)
+    return out
+
+
+def _budgeted(
+    probes: list[tuple[str, OffsetRange]],
+) -> Iterator[list[tuple[str, OffsetRange]]]:
+    """``probes`` in chunks of at most ``prefetch.BUDGET`` offsets."""
+    chunk: list[tuple[str, OffsetRange]] = []
+    total = 0
+    for item in probes:
+        if chunk and total + item[1].size > BUDGET:
+            yield chunk
+            chunk, total = [], 0
+        chunk.append(item)
+        total += item[1].size
+    if chunk:
+        yield chunk
+
+
+def _event_in(
+    topic: str, rb: pa.RecordBatch, seen: list[pa.RecordBatch], schemas: SchemaSource | None
+) -> FirstEvent | None:
+    """The first change event of ``rb``, parsed with the records ``seen`` so far (up to
+    and including ``rb``) as its sample."""
+    for key, value in zip(rb.column("key").to_pylist(), rb.column("value").to_pylist()):
+        if schemas is not None and value is not None and value[:1] == b"\x00":
+            return _avro_event(topic, value, key, schemas, pa.Table.from_batches(seen))
+        doc = json_or_none(value)
+        if isinstance(doc, dict):
+            return _parsed(topic, doc, json_or_none(key), pa.Table.from_batches(seen))
     return None
 
 
@@ -125,10 +197,15 @@ def open_routed_table(
     event: FirstEvent,
     template: TableConfig,
     fmt: FormatConfig,
+    namespaces: set[tuple[str, ...]] | None = None,
 ) -> Table:
-    """The routed table, loaded, or created from ``event`` (see the module doc)."""
+    """The routed table, loaded, or created from ``event`` (see the module doc); its
+    namespace is made if missing, unless ``namespaces`` names it already (it is added)."""
     ident = route.ident
-    catalog.create_namespace_if_missing(ident[:-1])
+    if namespaces is None or ident[:-1] not in namespaces:
+        catalog.create_namespace_if_missing(ident[:-1])
+        if namespaces is not None:
+            namespaces.add(ident[:-1])
     try:
         return Table.load(catalog, ident, io)
     except NoSuchTableError:

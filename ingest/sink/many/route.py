@@ -21,7 +21,7 @@ from calving.ingest.decode.batch import Decoder
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.coordinator import Coordinator
-from calving.ingest.sink.many.discover import FirstEvent, first_event, open_routed_table
+from calving.ingest.sink.many.discover import FirstEvent, first_events, open_routed_table
 from calving.ingest.sink.many.runner import RangeRow
 from calving.ingest.sink.many.transactions import collection_names
 
@@ -57,6 +57,8 @@ class Routing:
     collections: dict[str, str] = field(default_factory=dict)
     #: Table name -> its table and coordinator.
     tables: dict[str, RoutedTable] = field(default_factory=dict)
+    #: Namespaces known to exist: checked in the catalog once, not per table.
+    namespaces: set[tuple[str, ...]] = field(default_factory=set)
 
     def table_of(self, topic: str) -> RoutedTable | None:
         """The table ``topic`` feeds, None if it is not routed (yet) or skipped."""
@@ -93,11 +95,13 @@ def ranges_by_topic(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:
 
 def route(spans: Mapping[str, list[OffsetRange]], routing: Routing, d: Discovery) -> None:
     """Route every topic of ``spans`` not routed yet (into ``routing``); a topic with no
-    change event yet, or none to route by, waits for a later batch."""
-    for topic, ranges in spans.items():
-        if topic in routing.routes:
-            continue
-        found = _outcome(topic, ranges, d)
+    change event yet, or none to route by, waits for a later batch. The new topics'
+    first change events are read together (``first_events``)."""
+    new = {t: d.router.route(t) for t in spans if t not in routing.routes}
+    wanted = {t: spans[t] for t, o in new.items() if isinstance(o, NeedsSource | Route)}
+    events = first_events(d.source_options, wanted, d.format.schema_source()) if wanted else {}
+    for topic, first in new.items():
+        found = _outcome(topic, first, events.get(topic), d)
         if found is None:
             continue
         outcome, event = found
@@ -109,21 +113,18 @@ def route(spans: Mapping[str, list[OffsetRange]], routing: Routing, d: Discovery
         for collection in collection_names(event.source):
             routing.collections.setdefault(collection, topic)
         if outcome.name not in routing.tables:
-            routing.tables[outcome.name] = _open(outcome, event, d)
+            routing.tables[outcome.name] = _open(outcome, event, d, routing.namespaces)
         log.info("topic %s -> table %s", topic, outcome.name)
 
 
 def _outcome(
-    topic: str, ranges: list[OffsetRange], d: Discovery
+    topic: str, outcome: Route | Skip | NeedsSource, event: FirstEvent | None, d: Discovery
 ) -> tuple[Route | Skip, FirstEvent | None] | None:
-    """The route of ``topic`` with its first change event, None when it must wait."""
-    outcome = d.router.route(topic)
-    event = None
-    if isinstance(outcome, NeedsSource | Route):
-        event = first_event(d.source_options, ranges, d.format.schema_source())
-        if event is None:
-            log.info("topic %s: no change event yet (only tombstones); waiting", topic)
-            return None
+    """The route of ``topic`` (``outcome`` as first routed, by name alone) with its first
+    change event, None when it must wait."""
+    if isinstance(outcome, NeedsSource | Route) and event is None:
+        log.info("topic %s: no change event yet (only tombstones); waiting", topic)
+        return None
     if isinstance(outcome, NeedsSource):
         outcome = d.router.route(topic, event.source if event else None)
         if isinstance(outcome, NeedsSource):
@@ -132,8 +133,10 @@ def _outcome(
     return outcome, event
 
 
-def _open(outcome: Route, event: FirstEvent, d: Discovery) -> RoutedTable:
-    table = open_routed_table(d.catalog, d.io, outcome, event, d.template, d.format)
+def _open(
+    outcome: Route, event: FirstEvent, d: Discovery, namespaces: set[tuple[str, ...]]
+) -> RoutedTable:
+    table = open_routed_table(d.catalog, d.io, outcome, event, d.template, d.format, namespaces)
     coordinator = Coordinator(table, d.writer_id, index_save_every=d.index_save_every)
     coordinator.rebuild = d.rebuild
     if d.sharded is not None:

@@ -58,7 +58,9 @@ def _follow(name: str, routed: RoutedTable, texts: list[str], fmt: FormatConfig)
         routed.table.commit_or_raise(change.update)
         log.info("table %s: schema evolved (%s)", name, described(change.update))
         return True
-    if change.record is not None:  # columns the source dropped: metadata only
+    # Columns the source dropped: metadata only, committed only when the record changes
+    # (a restart's first batch sees every table's schemas again).
+    if change.record is not None and not change.record.changes_nothing(routed.table.metadata):
         routed.table.commit_or_raise(change.record)
     return False
 

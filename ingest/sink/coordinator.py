@@ -35,11 +35,13 @@ from calving.commit.table.row_ids import RowIdReader
 from calving.commit.table.table import Table
 from calving.ingest.sink import messages as msg
 from calving.ingest.sink.driver_index import (
+    IndexSave,
     IndexState,
     Rebase,
     advance_index,
     current_index,
-    save_index,
+    index_saved,
+    write_index,
 )
 from calving.ingest.sink.history import BatchHistory
 from calving.ingest.sink.lineage import keep_row_ids
@@ -349,13 +351,25 @@ class Coordinator:
     def save_index(self) -> str | None:
         """Save the index with the table (see ``save_index``); returns the file written.
         Sharded: name the last manifest in the table (a metadata-only commit)."""
+        save = self.index_to_save()
+        if save is None:
+            return self.sharded.location if self.sharded is not None else None
+        self.index_save_done(save, self.table.commit(save.action))
+        return self.sharded.location if self.sharded is not None else save.location
+
+    def index_to_save(self) -> IndexSave | None:
+        """The first half of ``save_index``: the index file written, and the commit that
+        names it in the table (to commit with other tables' in one transaction); None
+        when there is nothing to save. Finish with ``index_save_done``."""
         if self.sharded is not None:
             naming = self.sharded.naming(self.table.metadata)
-            if naming:
-                self.table.commit(UpdateProperties(naming))
-            return self.sharded.location
-        self.index_state, location = save_index(self.table, self.index_state)
-        return location
+            return IndexSave(UpdateProperties(naming)) if naming else None
+        return write_index(self.table, self.index_state)
+
+    def index_save_done(self, save: IndexSave, outcome: CommitOutcome) -> None:
+        """The second half of ``save_index``, given the outcome of ``save``'s commit."""
+        self.table.adopt(outcome)
+        self.index_state = index_saved(self.table, self.index_state, save, outcome)
 
     def evict_index(self) -> int:
         """Drop the index from memory, saved first when it holds unsaved commits; the

@@ -142,25 +142,52 @@ def _knows_removed(
     return len(removed) == count and all(index.has_file(p) for p in removed)
 
 
+@dataclass(frozen=True)
+class IndexSave:
+    """An index save under way: the metadata-only commit that names the saved index in
+    its table, and the index file written for it (None in sharded mode, whose tasks
+    wrote the files) with the one it replaces."""
+
+    action: UpdateProperties
+    location: str | None = None
+    previous: str | None = None
+
+
+def write_index(table: Table, state: IndexState) -> IndexSave | None:
+    """Write the index to a new file and return the commit that names it (None: nothing
+    to save, or the table moved on)."""
+    index = state.index
+    if index is None or index.snapshot_id is None:
+        return None
+    if index.snapshot_id != table.metadata.current_snapshot_id:
+        return None  # someone committed since; the next batch catches up first
+    previous = table.metadata.properties.get(pk.INDEX_LOCATION_PROPERTY)
+    location = pk.save(table.io, index, table.metadata.location)
+    return IndexSave(UpdateProperties({pk.INDEX_LOCATION_PROPERTY: location}), location, previous)
+
+
+def index_saved(table: Table, state: IndexState, save: IndexSave, outcome: object) -> IndexState:
+    """After ``save``'s commit: the old index file goes once the table no longer names
+    it; a refused save's own file goes. Returns the new state."""
+    if save.location is None:
+        return state
+    if isinstance(outcome, Committed | Skipped):
+        state = replace(state, unsaved_commits=0)
+        if save.previous and save.previous != save.location:
+            _delete_quietly(table, save.previous)
+    elif isinstance(outcome, Conflicted):
+        _delete_quietly(table, save.location)
+    return state
+
+
 def save_index(table: Table, state: IndexState) -> tuple[IndexState, str | None]:
     """Write the index and point the table at it (a metadata-only commit). An old
     index file stays until the property no longer names it, then goes. Returns the new
     state and the file written (None: nothing to save, or the table moved on)."""
-    index = state.index
-    if index is None or index.snapshot_id is None:
+    save = write_index(table, state)
+    if save is None:
         return state, None
-    if index.snapshot_id != table.metadata.current_snapshot_id:
-        return state, None  # someone committed since; the next batch catches up first
-    previous = table.metadata.properties.get(pk.INDEX_LOCATION_PROPERTY)
-    location = pk.save(table.io, index, table.metadata.location)
-    outcome = table.commit(UpdateProperties({pk.INDEX_LOCATION_PROPERTY: location}))
-    if isinstance(outcome, Committed | Skipped):
-        state = replace(state, unsaved_commits=0)
-        if previous and previous != location:
-            _delete_quietly(table, previous)
-    elif isinstance(outcome, Conflicted):
-        _delete_quietly(table, location)
-    return state, location
+    return index_saved(table, state, save, table.commit(save.action)), save.location
 
 
 def _delete_quietly(table: Table, location: str) -> None:

@@ -172,9 +172,24 @@ class ManyTablesSink:
         return start.ledgers(self.registry, self.io)
 
     def close(self) -> None:
-        """Save every keyed table's primary-key index with the table."""
-        for routed in self.tables.values():
-            routed.coordinator.save_index()
+        """Save every keyed table's primary-key index with the table: the index files
+        written, then every table pointed at its file in one catalog transaction (a
+        commit each where the catalog has no multi-table commit)."""
+        if not self.catalog.supports_multi_table_commit:
+            for routed in self.tables.values():
+                routed.coordinator.save_index()
+            return
+        saves = [
+            (routed, save)
+            for routed in self.tables.values()
+            if (save := routed.coordinator.index_to_save()) is not None
+        ]
+        commits = [
+            TableCommit(r.table.ident, s.action, r.table.metadata.table_uuid) for r, s in saves
+        ]
+        outcomes, _ = swap_in(self.catalog, self.io, commits)
+        for routed, save in saves:
+            routed.coordinator.index_save_done(save, outcomes[routed.table.ident])
 
     # ------------------------------------------------------------ a batch
 

@@ -1,0 +1,196 @@
+"""What a many-table pipeline's restart costs per table: new topics routed from first
+events fetched together on one consumer (not a consumer and a fetch each), a table
+loaded with one catalog read, a settled schema record not committed again, and every
+table's index saved at stop in one catalog transaction. Against the embedded broker
+and a SQLite catalog, the batches' tasks in process."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from calving.commit.catalog.sql import SqlCatalog
+from calving.commit.index.store import INDEX_LOCATION_PROPERTY
+from calving.commit.table.actions.update_schema import UpdateSchema
+from calving.commit.table.table import Table, create_table
+from calving.ingest.demo.database import SourceDatabase, plain_table
+from calving.ingest.kafka import range_reader
+from calving.ingest.kafka.offsets import OffsetRange
+from calving.ingest.kafka.producer import produce
+from calving.ingest.pipeline import build_many_sink
+from calving.ingest.sink.many.discover import PROBE_OFFSETS, first_event, first_events
+from calving.ingest.sink.many.runner import InProcessRunner
+from tests.ingest.conftest import unique_name
+from tests.support.database import create_topics, many_config, produce_pending
+from tests.support.oracles import pyiceberg_rows
+from tests.support.tables import EVENTS
+
+pytestmark = pytest.mark.integration
+
+
+def _database(tables: int) -> SourceDatabase:
+    db = SourceDatabase(prefix=unique_name("rc"), transaction_metadata=False)
+    for i in range(tables):
+        db.add_table(plain_table(f"t{i:02d}"))
+    return db
+
+
+def _touch(db: SourceDatabase, keys: range) -> None:
+    for name in db.tables:
+        txn = db.begin()
+        for i in keys:
+            txn.upsert(name, {"id": i, "code": f"{name}-{i}", "amount": i, "active": True})
+        db.commit(txn)
+
+
+def _ranges(ends: dict[str, dict[int, int]], since: dict[str, dict[int, int]] | None = None):
+    since = since or {}
+    return [
+        (topic, p, since.get(topic, {}).get(p, 0), end)
+        for topic, parts in ends.items()
+        for p, end in parts.items()
+        if end > since.get(topic, {}).get(p, 0)
+    ]
+
+
+class _Consumers:
+    """Counts the Kafka consumers created while it is installed."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.made = 0
+        real = range_reader._new_consumer
+
+        def counted(options: Any) -> Any:
+            self.made += 1
+            return real(options)
+
+        range_reader.close_idle_consumers()  # no idle consumer to take over
+        monkeypatch.setattr(range_reader, "_new_consumer", counted)
+
+
+def test_first_events_of_many_topics_come_from_one_consumer_and_match_one_by_one(
+    broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _database(6)
+    create_topics(broker, db)
+    _touch(db, range(3))
+    ends = produce_pending(broker.bootstrap_servers, db)
+    config = many_config(db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "w")
+    options = build_many_sink(config).source_options
+    # A topic whose first change event comes after more tombstones than the probe
+    # reads, and one of tombstones only (no event yet: it waits).
+    late, empty = f"{db.prefix}.late", f"{db.prefix}.empty"
+    for topic in (late, empty):
+        broker.create_topic(topic, 1)
+    donor = next(iter(ends))
+    tombstone = (0, b'{"id": 1}', None, None)
+    produce(broker.bootstrap_servers, late, [tombstone] * (PROBE_OFFSETS + 4))
+    produce(broker.bootstrap_servers, late, _records(options, donor, ends[donor][0])[:1])
+    produce(broker.bootstrap_servers, empty, [tombstone] * 3)
+    spans = {t: [OffsetRange(t, 0, 0, parts[0])] for t, parts in ends.items()}
+    spans[late] = [OffsetRange(late, 0, 0, PROBE_OFFSETS + 5)]
+    spans[empty] = [OffsetRange(empty, 0, 0, 3)]
+
+    consumers = _Consumers(monkeypatch)
+    together = first_events(options, spans)
+    assert consumers.made == 1, "every topic's probe on one consumer"
+
+    assert sorted(together) == sorted(spans)
+    assert together[empty] is None
+    for topic, ranges in spans.items():
+        alone = first_event(options, ranges)  # the oracle: a topic on its own consumer
+        got = together[topic]
+        if alone is None:
+            assert got is None, topic
+            continue
+        assert got is not None, topic
+        assert (got.value_schema, got.key_schema, got.source) == (
+            alone.value_schema,
+            alone.key_schema,
+            alone.source,
+        ), topic
+        assert got.value_schema is not None, topic
+    late_event = together[late]
+    assert late_event is not None and late_event.sample.num_rows == PROBE_OFFSETS + 5
+
+
+def _records(options: Any, topic: str, end: int) -> list[tuple[int, bytes, bytes, None]]:
+    from calving.ingest.kafka.source import kafka_arrow_schema
+
+    out = []
+    for rb in range_reader.read_range(options, OffsetRange(topic, 0, 0, end), kafka_arrow_schema()):
+        for key, value in zip(rb.column("key").to_pylist(), rb.column("value").to_pylist()):
+            out.append((0, key, value, None))
+    return out
+
+
+def test_a_restart_routes_loads_and_saves_every_table_at_the_cost_of_a_few(
+    broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = _database(12)
+    create_topics(broker, db)
+    _touch(db, range(4))
+    first = produce_pending(broker.bootstrap_servers, db)
+    config = many_config(db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "w")
+    sink = build_many_sink(config)
+    sink.run_batch(InProcessRunner(parallelism=1), _ranges(first), 0)
+    sink.close()
+
+    # The restart: a new sink over the same tables.
+    _touch(db, range(2, 5))  # updates of keys 2 and 3, an insert of 4
+    second = produce_pending(broker.bootstrap_servers, db)
+    again = build_many_sink(config)
+    consumers = _Consumers(monkeypatch)
+    catalog = again.catalog
+    assert isinstance(catalog, SqlCatalog)
+    reads = _count(monkeypatch, catalog, "load_metadata_location")
+    schema_commits = _count(monkeypatch, UpdateSchema, "plan")
+    again.run_batch(InProcessRunner(parallelism=1), _ranges(second, first), 1)
+    assert consumers.made <= 2, "the route stage's probes share one consumer (the task one)"
+    # Per table: its load (one read) and its commit's (two reads each, and a schema
+    # record already the table's read the catalog for nothing: 37 reads here before).
+    assert reads.calls <= 2 * len(db.tables) + 2, reads.calls
+    assert schema_commits.calls == 0
+
+    saved_before = {
+        n: r.table.metadata.properties.get(INDEX_LOCATION_PROPERTY) for n, r in again.tables.items()
+    }
+    transactions = _count(monkeypatch, catalog, "commit_many")
+    again.close()
+    assert transactions.calls == 1, "every table's index named in one catalog transaction"
+    for name, routed in again.tables.items():
+        table = Table.load(catalog, routed.table.ident, routed.table.io)
+        location = table.metadata.properties[INDEX_LOCATION_PROPERTY]
+        assert location != saved_before[name] and table.io.exists(location), name
+        assert not table.io.exists(saved_before[name]), f"{name}: the old index file goes"
+        short = name.split(".")[-1]
+        columns = db.tables[short].column_names
+        assert pyiceberg_rows(table.metadata_location, columns) == db.expected(short)
+
+
+class _Calls:
+    calls = 0
+
+
+def _count(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> _Calls:
+    counter = _Calls()
+    real = getattr(owner, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counter.calls += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return counter
+
+
+def test_table_load_reads_the_catalog_once(sqlite_catalog, monkeypatch) -> None:
+    create_table(sqlite_catalog, ("db", "t"), EVENTS)
+    reads = _count(monkeypatch, sqlite_catalog, "load_metadata_location")
+    table = Table.load(sqlite_catalog, ("db", "t"))
+    assert reads.calls == 1
+    assert table.metadata.schema == EVENTS.__class__(
+        EVENTS.fields, table.metadata.schema.schema_id, EVENTS.identifier_field_ids
+    )

@@ -321,6 +321,12 @@ def range_messages(batch: pa.Table) -> list[RangeSeen]:
         aggregates += [("_ts", "min"), ("_ts", "max")]
     if batch.num_rows <= SMALL_BATCH:
         return _small_range_messages(batch)
+    one = _one_partition_messages(batch)
+    return one if one is not None else _grouped_range_messages(batch, aggregates)
+
+
+def _grouped_range_messages(batch: pa.Table, aggregates: list[tuple[str, str]]) -> list[RangeSeen]:
+    """``range_messages`` by an Arrow group-by (``_ts`` already appended, if any)."""
     g = batch.group_by(["topic", "partition"]).aggregate(aggregates)
     return [
         RangeSeen(
@@ -339,6 +345,33 @@ def range_messages(batch: pa.Table) -> list[RangeSeen]:
 #: last event per key): an Arrow group-by costs about 0.2 ms to set up, more than the
 #: rows of a small batch.
 SMALL_BATCH = 64
+
+
+def _one_partition_messages(batch: pa.Table) -> list[RangeSeen] | None:
+    """``range_messages`` of a batch of one topic-partition (a range read's batch) by
+    min and max alone, without setting up a group-by (about 0.15 ms a batch); None when
+    the batch holds several (``_ts`` already appended, if any)."""
+    topic, partition = batch.column("topic"), batch.column("partition")
+    if topic.null_count or partition.null_count:
+        return None
+    first_topic, first_partition = topic[0], partition[0]
+    if not (
+        pc.all(pc.equal(topic, first_topic)).as_py()
+        and pc.all(pc.equal(partition, first_partition)).as_py()
+    ):
+        return None
+    offsets = pc.min_max(batch.column("offset"))
+    stamps = pc.min_max(batch.column("_ts")) if "_ts" in batch.column_names else None
+    return [
+        RangeSeen(
+            first_topic.as_py(),
+            int(first_partition.as_py()),
+            int(offsets["min"].as_py()),
+            int(offsets["max"].as_py()) + 1,
+            _int_or_none(stamps["min"].as_py()) if stamps is not None else None,
+            _int_or_none(stamps["max"].as_py()) if stamps is not None else None,
+        )
+    ]
 
 
 def _small_range_messages(batch: pa.Table) -> list[RangeSeen]:

@@ -193,3 +193,35 @@ def test_a_small_batchs_ranges_equal_the_group_by_ones(rows, unit, stamped):
     assert batch.num_rows <= msg.SMALL_BATCH < batch.num_rows * copies
     key = lambda m: (m.topic, m.partition)
     assert sorted(small, key=key) == sorted(big, key=key)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_SEEN_ROWS, st.sampled_from(["s", "ms", "us", "ns"]), st.booleans(), st.booleans())
+def test_a_batch_of_one_partition_has_the_group_by_ranges(rows, unit, stamped, one):
+    """Past the small-batch threshold a batch of one topic-partition is summed up by min
+    and max (``_one_partition_messages``), any other by the group-by: both agree."""
+    copies = -(-(msg.SMALL_BATCH + 1) // len(rows))
+    rows = rows * copies
+    columns = {
+        "topic": pa.array(["t" if one else r[0] for r in rows]),
+        "partition": pa.array([0 if one else r[1] for r in rows], pa.int32()),
+        "offset": pa.array([r[2] for r in rows], pa.int64()),
+    }
+    if stamped:
+        columns["timestamp"] = pa.array([r[3] for r in rows], pa.timestamp(unit, tz="UTC"))
+    batch = pa.table(columns)
+    got = msg.range_messages(batch)
+    if stamped:
+        batch = batch.append_column("_ts", msg._epoch_ms(batch.column("timestamp")))
+    fast = msg._one_partition_messages(batch)
+    aggregates = [("offset", "min"), ("offset", "max")]
+    aggregates += [("_ts", "min"), ("_ts", "max")] if stamped else []
+    grouped = msg._grouped_range_messages(batch, aggregates)
+    key = lambda m: (m.topic, m.partition)
+    assert sorted(got, key=key) == sorted(grouped, key=key)
+    distinct = {
+        (t, p) for t, p in zip(columns["topic"].to_pylist(), columns["partition"].to_pylist())
+    }
+    assert (fast is not None) == (len(distinct) == 1)
+    if fast is not None:
+        assert fast == grouped

@@ -180,6 +180,12 @@ def index_saved(table: Table, state: IndexState, save: IndexSave, outcome: objec
     return state
 
 
+def discard_index_file(table: Table, save: IndexSave) -> None:
+    """Delete the index file ``save`` wrote, for a save whose commit was never made."""
+    if save.location is not None:
+        _delete_quietly(table, save.location)
+
+
 def save_index(table: Table, state: IndexState) -> tuple[IndexState, str | None]:
     """Write the index and point the table at it (a metadata-only commit). An old
     index file stays until the property no longer names it, then goes. Returns the new

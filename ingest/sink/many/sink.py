@@ -49,6 +49,7 @@ from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.coordinator import ParsedMessages
 from calving.ingest.sink.dead_letters import DEFAULT_TOPIC_MAX_BYTES
+from calving.ingest.sink.driver_index import IndexSave, discard_index_file
 from calving.ingest.sink.history import BatchHistory
 from calving.ingest.sink.index_rebuild import ExecutorRebuild
 from calving.ingest.sink.many import start
@@ -179,11 +180,16 @@ class ManyTablesSink:
             for routed in self.tables.values():
                 routed.coordinator.save_index()
             return
-        saves = [
-            (routed, save)
-            for routed in self.tables.values()
-            if (save := routed.coordinator.index_to_save()) is not None
-        ]
+        saves: list[tuple[RoutedTable, IndexSave]] = []
+        try:
+            for routed in self.tables.values():
+                save = routed.coordinator.index_to_save()
+                if save is not None:
+                    saves.append((routed, save))
+        except BaseException:
+            for routed, save in saves:  # written, never named: not left behind
+                discard_index_file(routed.table, save)
+            raise
         commits = [
             TableCommit(r.table.ident, s.action, r.table.metadata.table_uuid) for r, s in saves
         ]

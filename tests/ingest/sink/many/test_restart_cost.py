@@ -194,3 +194,43 @@ def test_table_load_reads_the_catalog_once(sqlite_catalog, monkeypatch) -> None:
     assert table.metadata.schema == EVENTS.__class__(
         EVENTS.fields, table.metadata.schema.schema_id, EVENTS.identifier_field_ids
     )
+
+
+def test_a_stop_whose_index_write_fails_leaves_no_unnamed_index_file(
+    broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from calving.commit import index as pk
+    from calving.commit.errors import FileIOError
+
+    db = _database(4)
+    create_topics(broker, db)
+    _touch(db, range(3))
+    ends = produce_pending(broker.bootstrap_servers, db)
+    config = many_config(db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "w")
+    sink = build_many_sink(config)
+    sink.run_batch(InProcessRunner(parallelism=1), _ranges(ends), 0)
+    real = pk.save
+    written: list[str] = []
+
+    def third_fails(io: Any, index: Any, location: str) -> str:
+        if len(written) == 2:
+            raise FileIOError("disk full (injected)")
+        written.append(real(io, index, location))
+        return written[-1]
+
+    monkeypatch.setattr(pk, "save", third_fails)
+    with pytest.raises(FileIOError, match="injected"):
+        sink.close()
+    assert len(written) == 2
+    io = next(iter(sink.tables.values())).table.io
+    for location in written:
+        assert not io.exists(location), "an index file no table names is deleted"
+    for routed in sink.tables.values():
+        assert (
+            INDEX_LOCATION_PROPERTY
+            not in Table.load(catalog_of(sink), routed.table.ident).metadata.properties
+        )
+
+
+def catalog_of(sink: Any) -> Any:
+    return sink.catalog

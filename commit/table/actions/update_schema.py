@@ -78,13 +78,6 @@ class UpdateSchema:
             return NoChange("schema already has these changes")
         return MetadataUpdates(tuple(updates), (AssertCurrentSchemaId(base.current_schema_id),))
 
-    def changes_nothing(self, base: TableMetadata) -> bool:
-        """True when only the dropped-at-source record is asked for and ``base``
-        already holds it (``plan`` would find no change), without reading the catalog;
-        False whenever it might change something."""
-        only_record = not (self.add or self.promote or self.make_optional)
-        return only_record and not self._dropped_record(base)
-
     def _dropped_record(self, base: TableMetadata) -> list[TableUpdate]:
         if self.dropped_at_source is None:
             return []

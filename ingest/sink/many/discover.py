@@ -115,12 +115,9 @@ def first_events(
         for topic, ranges in spans.items():
             event = out.get(topic)
             probed = probes[topic].size if topic in probes else 0
-            if (
-                event is None
-                and sum(r.size for r in ranges) > probed
-                or event is not None
-                and event.value_schema is None
-            ):
+            unread = event is None and sum(r.size for r in ranges) > probed
+            schemaless = event is not None and event.value_schema is None
+            if unread or schemaless:
                 out[topic] = first_event(options, ranges, schemas, limit, reader)
             out.setdefault(topic, None)
     return out

@@ -58,10 +58,11 @@ def _follow(name: str, routed: RoutedTable, texts: list[str], fmt: FormatConfig)
         routed.table.commit_or_raise(change.update)
         log.info("table %s: schema evolved (%s)", name, described(change.update))
         return True
-    # Columns the source dropped: metadata only, committed only when the record changes
-    # (a restart's first batch sees every table's schemas again).
-    if change.record is not None and not change.record.changes_nothing(routed.table.metadata):
-        routed.table.commit_or_raise(change.record)
+    # Columns the source dropped: metadata only, planned on the table's state first (a
+    # restart's first batch sees every table's schemas again: no catalog read when the
+    # table holds the record already).
+    if change.record is not None:
+        routed.table.commit_or_raise(change.record, from_cache=True)
     return False
 
 

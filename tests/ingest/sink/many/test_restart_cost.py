@@ -1,6 +1,6 @@
 """What a many-table pipeline's restart costs per table: new topics routed from first
 events fetched together on one consumer (not a consumer and a fetch each), a table
-loaded with one catalog read, a settled schema record not committed again, and every
+loaded with one catalog read, a settled schema record planned without the catalog, and every
 table's index saved at stop in one catalog transaction. Against the embedded broker
 and a SQLite catalog, the batches' tasks in process."""
 
@@ -13,7 +13,6 @@ import pytest
 
 from calving.commit.catalog.sql import SqlCatalog
 from calving.commit.index.store import INDEX_LOCATION_PROPERTY
-from calving.commit.table.actions.update_schema import UpdateSchema
 from calving.commit.table.table import Table, create_table
 from calving.ingest.demo.database import SourceDatabase, plain_table
 from calving.ingest.kafka import range_reader
@@ -55,19 +54,42 @@ def _ranges(ends: dict[str, dict[int, int]], since: dict[str, dict[int, int]] | 
     ]
 
 
-class _Consumers:
-    """Counts the Kafka consumers created while it is installed."""
+class _Calls:
+    calls = 0
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.made = 0
-        real = range_reader._new_consumer
 
-        def counted(options: Any) -> Any:
-            self.made += 1
-            return real(options)
+def _count(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> _Calls:
+    """Counts the calls of ``owner.name`` while the test runs."""
+    counter = _Calls()
+    real = getattr(owner, name)
 
-        range_reader.close_idle_consumers()  # no idle consumer to take over
-        monkeypatch.setattr(range_reader, "_new_consumer", counted)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        counter.calls += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, counted)
+    return counter
+
+
+def _consumers(monkeypatch: pytest.MonkeyPatch) -> _Calls:
+    """Counts the Kafka consumers created from now on (no idle one to take over)."""
+    range_reader.close_idle_consumers()
+    return _count(monkeypatch, range_reader, "_new_consumer")
+
+
+def _first_batch(
+    broker: Any, tmp_path: Path, tables: int, keys: range
+) -> tuple[SourceDatabase, Any, dict[str, dict[int, int]], Any]:
+    """``tables`` plain tables with ``keys`` upserted, produced and written by one
+    in-process batch: (database, config, end offsets, sink)."""
+    db = _database(tables)
+    create_topics(broker, db)
+    _touch(db, keys)
+    ends = produce_pending(broker.bootstrap_servers, db)
+    config = many_config(db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "w")
+    sink = build_many_sink(config)
+    sink.run_batch(InProcessRunner(parallelism=1), _ranges(ends), 0)
+    return db, config, ends, sink
 
 
 def test_first_events_of_many_topics_come_from_one_consumer_and_match_one_by_one(
@@ -93,9 +115,9 @@ def test_first_events_of_many_topics_come_from_one_consumer_and_match_one_by_one
     spans[late] = [OffsetRange(late, 0, 0, PROBE_OFFSETS + 5)]
     spans[empty] = [OffsetRange(empty, 0, 0, 3)]
 
-    consumers = _Consumers(monkeypatch)
+    consumers = _consumers(monkeypatch)
     together = first_events(options, spans)
-    assert consumers.made == 1, "every topic's probe on one consumer"
+    assert consumers.calls == 1, "every topic's probe on one consumer"
 
     assert sorted(together) == sorted(spans)
     assert together[empty] is None
@@ -129,30 +151,22 @@ def _records(options: Any, topic: str, end: int) -> list[tuple[int, bytes, bytes
 def test_a_restart_routes_loads_and_saves_every_table_at_the_cost_of_a_few(
     broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = _database(12)
-    create_topics(broker, db)
-    _touch(db, range(4))
-    first = produce_pending(broker.bootstrap_servers, db)
-    config = many_config(db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "w")
-    sink = build_many_sink(config)
-    sink.run_batch(InProcessRunner(parallelism=1), _ranges(first), 0)
+    db, config, first, sink = _first_batch(broker, tmp_path, 12, range(4))
     sink.close()
 
     # The restart: a new sink over the same tables.
     _touch(db, range(2, 5))  # updates of keys 2 and 3, an insert of 4
     second = produce_pending(broker.bootstrap_servers, db)
     again = build_many_sink(config)
-    consumers = _Consumers(monkeypatch)
+    consumers = _consumers(monkeypatch)
     catalog = again.catalog
     assert isinstance(catalog, SqlCatalog)
     reads = _count(monkeypatch, catalog, "load_metadata_location")
-    schema_commits = _count(monkeypatch, UpdateSchema, "plan")
     again.run_batch(InProcessRunner(parallelism=1), _ranges(second, first), 1)
-    assert consumers.made <= 2, "the route stage's probes share one consumer (the task one)"
+    assert consumers.calls <= 2, "the route stage's probes share one consumer (the task one)"
     # Per table: its load (one read) and its commit's (two reads each, and a schema
     # record already the table's read the catalog for nothing: 37 reads here before).
     assert reads.calls <= 2 * len(db.tables) + 2, reads.calls
-    assert schema_commits.calls == 0
 
     saved_before = {
         n: r.table.metadata.properties.get(INDEX_LOCATION_PROPERTY) for n, r in again.tables.items()
@@ -170,30 +184,12 @@ def test_a_restart_routes_loads_and_saves_every_table_at_the_cost_of_a_few(
         assert pyiceberg_rows(table.metadata_location, columns) == db.expected(short)
 
 
-class _Calls:
-    calls = 0
-
-
-def _count(monkeypatch: pytest.MonkeyPatch, owner: Any, name: str) -> _Calls:
-    counter = _Calls()
-    real = getattr(owner, name)
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        counter.calls += 1
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(owner, name, counted)
-    return counter
-
-
 def test_table_load_reads_the_catalog_once(sqlite_catalog, monkeypatch) -> None:
     create_table(sqlite_catalog, ("db", "t"), EVENTS)
     reads = _count(monkeypatch, sqlite_catalog, "load_metadata_location")
     table = Table.load(sqlite_catalog, ("db", "t"))
     assert reads.calls == 1
-    assert table.metadata.schema == EVENTS.__class__(
-        EVENTS.fields, table.metadata.schema.schema_id, EVENTS.identifier_field_ids
-    )
+    assert table.metadata.schema.fields == EVENTS.fields
 
 
 def test_a_stop_whose_index_write_fails_leaves_no_unnamed_index_file(
@@ -202,13 +198,7 @@ def test_a_stop_whose_index_write_fails_leaves_no_unnamed_index_file(
     from calving.commit import index as pk
     from calving.commit.errors import FileIOError
 
-    db = _database(4)
-    create_topics(broker, db)
-    _touch(db, range(3))
-    ends = produce_pending(broker.bootstrap_servers, db)
-    config = many_config(db, broker.bootstrap_servers, f"sqlite:///{tmp_path}/c.db", tmp_path / "w")
-    sink = build_many_sink(config)
-    sink.run_batch(InProcessRunner(parallelism=1), _ranges(ends), 0)
+    _, _, _, sink = _first_batch(broker, tmp_path, 4, range(3))
     real = pk.save
     written: list[str] = []
 

@@ -364,6 +364,28 @@ class FileIO:
             stream: OutputStream = fs.open_output_stream(path)
             return stream
 
+    def replace_tail(self, location: str, keep: int, tail: bytes) -> bool:
+        """Make the local file ``location`` its first ``keep`` bytes followed by ``tail``,
+        in place (durable as ``write`` makes a file). For files nothing names yet (a
+        task's file before its commit): a reader in between would see a mix. False, with
+        nothing changed, when ``location`` is not local (an object cannot change in place)."""
+        fs, path = self.resolve(location)
+        if fs is not self._local:
+            return False
+        with _mapped(location, "write"):
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                view, at = memoryview(tail), keep
+                while view:
+                    written = os.pwrite(fd, view, at)
+                    view, at = view[written:], at + written
+                os.ftruncate(fd, keep + len(tail))
+            except BaseException:
+                os.close(fd)
+                raise
+            self._write_fd(fd, b"", kept_path=path)  # fsyncs (or keeps for its group), closes
+        return True
+
     def create_exclusive(self, location: str, data: bytes) -> None:
         """Create ``location`` holding ``data`` only if no file has that name; otherwise
         ``FileAlreadyExistsError`` and nothing changes. Readers never see a partial file:

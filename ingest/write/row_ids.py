@@ -3,11 +3,12 @@ identity of the row it replaces (v3 row lineage through updates).
 
 The stream's tasks write a batch's rows before the driver's primary-key index says which
 of them update a live row. The coordinator then hands each such file here with the old
-rows' ids: a copy of the file (same rows, same order, same partition) is written with the
+rows' ids: the file (same rows, same order, same partition) gets the
 reserved ``_row_id`` column (the old id for an updated row, null for an inserted one,
 which inherits ``first_row_id`` + position) and a null ``_last_updated_sequence_number``
 (every row inherits the new commit's sequence number). The task's file was never
-committed; it is deleted once the copy is written.
+committed, so nothing reads it meanwhile: locally it changes in place; on object
+storage a copy is written and the task's file deleted.
 """
 
 from __future__ import annotations
@@ -51,18 +52,19 @@ def lineage_location(location: str) -> str:
 
 
 def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.ndarray) -> DataFile:
-    """A copy of the uncommitted ``data_file`` (rows of ``schema``) whose row ``i``
-    stores ``row_ids[i]`` as its ``_row_id`` (``UNKNOWN``: null, inherited) and a null
-    ``_last_updated_sequence_number``; ``data_file`` itself is deleted.
+    """The uncommitted ``data_file`` (rows of ``schema``) with row ``i`` storing
+    ``row_ids[i]`` as its ``_row_id`` (``UNKNOWN``: null, inherited) and a null
+    ``_last_updated_sequence_number``.
 
-    The copy is the file's bytes with the two columns appended (``append_columns``): its
-    data is not decoded or encoded again. A file that cannot be spliced (an encrypted
-    footer, say) is read and written again whole."""
+    The two columns are appended to the file's bytes (``append_columns``): its data is
+    not decoded or encoded again. A local file changes in place (its footer replaced by
+    the new columns and a new footer: same name, nothing copied); elsewhere the result
+    is written beside it under a new name and the task's file deleted. A file that cannot
+    be spliced (an encrypted footer, say) is read and written again whole."""
     if len(row_ids) != data_file.record_count:
         raise ValueError(
             f"{data_file.file_path}: {len(row_ids)} row ids for {data_file.record_count} rows"
         )
-    location = lineage_location(data_file.file_path)
     original = io.read(data_file.file_path)
     try:
         decoded = footer(original)
@@ -70,8 +72,12 @@ def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.n
         spliced = append_columns(original, lineage, decoded)
     except (SpliceError, ThriftError) as err:
         log.debug("%s: rewriting whole to store row ids (%s)", data_file.file_path, err)
-        out = _rewrite(io, schema, data_file, row_ids, location)
+        out = _rewrite(io, schema, data_file, row_ids, lineage_location(data_file.file_path))
     else:
+        keep = decoded[1]  # the original's bytes before its footer are spliced's too
+        if io.replace_tail(data_file.file_path, keep, spliced[keep:]):
+            return replace(data_file, file_size_in_bytes=len(spliced))
+        location = lineage_location(data_file.file_path)
         io.write(location, spliced)
         out = replace(data_file, file_path=location, file_size_in_bytes=len(spliced))
     try:

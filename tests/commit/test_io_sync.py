@@ -130,3 +130,21 @@ def _open_fds_to(directory: Path) -> list[str]:
         if target.startswith(str(directory)):
             out.append(target)
     return out
+
+
+def test_a_tail_replaced_in_place_is_synced_at_once_or_with_the_block(
+    tmp_path: Path, fsyncs: list[str]
+) -> None:
+    """``replace_tail`` keeps the first bytes, writes the new tail, cuts what is past it
+    (a shorter tail too) and syncs the file: as it returns outside a block, when the
+    block ends inside one. Object storage refuses it, changing nothing."""
+    io, path = FileIO(), tmp_path / "f.bin"
+    path.write_bytes(b"0123456789")
+    assert io.replace_tail(f"file://{path}", 4, b"abcdefghij")
+    assert path.read_bytes() == b"0123abcdefghij" and fsyncs == [str(path)]
+    with synced_together():
+        assert io.replace_tail(f"file://{path}", 2, b"Z")
+        assert path.read_bytes() == b"01Z" and fsyncs == [str(path)]
+    assert fsyncs[1:] == [str(path), str(tmp_path)]
+    assert _open_fds_to(tmp_path) == []
+    assert not FileIO().replace_tail("s3://bucket/f.bin", 0, b"x")

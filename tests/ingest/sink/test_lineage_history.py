@@ -133,8 +133,7 @@ def test_files_storing_row_ids_read_equal_to_the_model(partitioned: bool) -> Non
         ids = duckdb_rows(location, ("id", "_row_id", "_last_updated_sequence_number"))
         assert {k: (r, s) for k, r, s in ids} == lineage(location, "id")
         snapshot = snapshot_of(read_metadata(location))
-        batch_files = [f.path for f in live_files(snapshot) if "-rowid-" in f.path]
-        stored = [v for path in batch_files for v in _stored_row_ids(path)]
+        stored = [v for f in live_files(snapshot) for v in _stored_row_ids(f.path)]
         assert None in stored and any(v is not None for v in stored), stored
 
 

@@ -1,6 +1,6 @@
 """Storing ``_row_id``s in an uncommitted data file (an update keeping its rows' ids) and
-reading live rows' ``_row_id`` back by (file, position): ``store_row_ids`` copies the file
-with the reserved columns, ``RowIdReader`` prefers a file's stored value and falls back to
+reading live rows' ``_row_id`` back by (file, position): ``store_row_ids`` appends the
+reserved columns to the file (in place locally, as a copy on object storage), ``RowIdReader`` prefers a file's stored value and falls back to
 its inherited ``first_row_id`` + position."""
 
 from __future__ import annotations
@@ -12,7 +12,9 @@ import pytest
 
 from calving.commit.catalog import SqlCatalog
 from calving.commit.errors import FileNotFoundInTableError
+from calving.commit.io import FileIO
 from calving.commit.spec import row_lineage as rl
+from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.types import LONG, STRING, NestedField
 from calving.commit.table.actions.fast_append import FastAppend
@@ -24,6 +26,7 @@ from calving.ingest.write.append_columns import SpliceError
 from calving.ingest.write.parquet_writer import write_data_file
 from calving.ingest.write.row_ids import store_row_ids
 from tests.support.lineage import snapshot_rows
+from tests.support.s3 import moto_bucket
 
 SCHEMA = Schema(
     (NestedField(1, "id", LONG, required=True), NestedField(2, "name", STRING)),
@@ -51,22 +54,50 @@ def _field_id_columns(path: str) -> dict[int, list[object]]:
     }
 
 
-def test_a_copy_stores_the_ids_and_nulls_and_replaces_the_task_file(table: Table) -> None:
-    loc = f"{table.metadata.location}/data/task-1.parquet"
-    original = write_data_file(table.io, loc, _rows([5, 6, 7]), SCHEMA)
-    copy = store_row_ids(table.io, SCHEMA, original, np.array([40, UNKNOWN, 2], np.int64))
-
-    assert copy.file_path != original.file_path and not table.io.exists(original.file_path)
-    assert copy.record_count == 3 and copy.partition == original.partition
-    columns = _field_id_columns(copy.file_path)
+def _check_stored(stored: DataFile, original: DataFile, io: FileIO) -> None:
+    assert stored.record_count == 3 and stored.partition == original.partition
+    assert stored.file_size_in_bytes == io.size(stored.file_path)
+    t = pq.read_table(pa.py_buffer(io.read(stored.file_path)))
+    columns = {
+        int(f.metadata[b"PARQUET:field_id"]): t.column(f.name).to_pylist()
+        for f in t.schema
+        if f.metadata
+    }
     assert columns[1] == [5, 6, 7] and columns[2] == ["n5", "n6", "n7"]
     assert columns[rl.ROW_ID_FIELD_ID] == [40, None, 2]
     assert columns[rl.LAST_UPDATED_SEQUENCE_NUMBER_FIELD_ID] == [None, None, None]
     # Metrics only for the table's columns, as for any stream file.
-    assert copy.value_counts is not None and set(copy.value_counts) == {1, 2}
-    assert copy.lower_bounds is not None and not set(copy.lower_bounds) & rl.LINEAGE_FIELD_IDS
+    assert stored.value_counts is not None and set(stored.value_counts) == {1, 2}
+    assert stored.lower_bounds is not None and not set(stored.lower_bounds) & rl.LINEAGE_FIELD_IDS
+
+
+def test_a_local_task_file_stores_the_ids_and_nulls_in_place(table: Table) -> None:
+    loc = f"{table.metadata.location}/data/task-1.parquet"
+    original = write_data_file(table.io, loc, _rows([5, 6, 7]), SCHEMA)
+    before = table.io.read(loc)
+    stored = store_row_ids(table.io, SCHEMA, original, np.array([40, UNKNOWN, 2], np.int64))
+
+    # Same file: the task's bytes up to its footer are unchanged, the rest is new.
+    assert stored.file_path == original.file_path
+    footer_start = len(before) - 8 - int.from_bytes(before[-8:-4], "little")
+    assert table.io.read(loc)[:footer_start] == before[:footer_start]
+    assert stored.file_size_in_bytes > original.file_size_in_bytes
+    _check_stored(stored, original, table.io)
     with pytest.raises(ValueError, match="2 row ids for 3 rows"):
-        store_row_ids(table.io, SCHEMA, copy, np.array([1, 2], np.int64))
+        store_row_ids(table.io, SCHEMA, stored, np.array([1, 2], np.int64))
+
+
+def test_on_object_storage_a_copy_replaces_the_task_file() -> None:
+    """An S3 object cannot change in place: the ids go to a copy beside the task's
+    file, which is deleted (moto on loopback)."""
+    with moto_bucket("lineage") as props:
+        io = FileIO(props)
+        loc = "s3://lineage/wh/db/t/data/task-1.parquet"
+        original = write_data_file(io, loc, _rows([5, 6, 7]), SCHEMA)
+        stored = store_row_ids(io, SCHEMA, original, np.array([40, UNKNOWN, 2], np.int64))
+        assert stored.file_path != loc and stored.file_path.startswith("s3://lineage/wh/db/t/data/")
+        assert not io.exists(loc)
+        _check_stored(stored, original, io)
 
 
 def test_the_reader_prefers_stored_ids_and_falls_back_to_first_row_id(table: Table) -> None:

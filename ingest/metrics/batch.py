@@ -262,6 +262,11 @@ class SinkMetrics:
 
     # ------------------------------------------------------------ hooks
 
+    def commit_starting(self) -> None:
+        """The batch's commit stage starts: the lag probe reads the broker meanwhile."""
+        if self.lag is not None:
+            self.lag.ask()
+
     def batch_done(
         self,
         sink: MeasuredSink,

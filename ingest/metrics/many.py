@@ -61,6 +61,11 @@ class ManyMetrics:
             )
         return self.tables[name]
 
+    def commit_starting(self) -> None:
+        """The batch's commit stage starts: the lag probe reads the broker meanwhile."""
+        if self.lag is not None:
+            self.lag.ask()
+
     def batch_done(
         self, tables: Mapping[str, TableFigures], started: float, commit_started: float
     ) -> list[dict[str, object]]:

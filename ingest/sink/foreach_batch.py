@@ -55,6 +55,9 @@ class BatchObserver(Protocol):
     use: endpoint figures and a JSON line per batch). A protocol, so the sink does not
     import the metrics package that observes it (tests/test_layers.py)."""
 
+    def commit_starting(self) -> object:
+        """The batch's commit stage starts (the lag probe's broker read overlaps it)."""
+
     def batch_done(
         self,
         sink: CalvingSink,
@@ -175,6 +178,8 @@ class CalvingSink:
             self.coordinator.sharded = sharded_index(df.sparkSession, self.table)
         parsed = self._parse_batch(df, batch_id)
         commit_started = time.monotonic()
+        if self.metrics is not None:
+            self.metrics.commit_starting()
         try:
             stats = self.coordinator.commit_batch(batch_id, parsed)
         except CalvingError as failure:

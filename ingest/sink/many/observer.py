@@ -26,6 +26,9 @@ class TableFigures:
 
 
 class ManyBatchObserver(Protocol):
+    def commit_starting(self) -> object:
+        """The batch's commit stage starts (the lag probe's broker read overlaps it)."""
+
     def batch_done(
         self, tables: Mapping[str, TableFigures], started: float, commit_started: float
     ) -> object:

@@ -231,6 +231,8 @@ class ManyTablesSink:
         messages, bound = self._write_stage(runner, batch_id, live, bounds, scope)
         written = time.monotonic()
         parsed = {name: ParsedMessages.of(ms) for name, ms in messages.items()}
+        if self.metrics is not None:
+            self.metrics.commit_starting()
         try:
             stats = self._commit_stage(batch_id, parsed, spans, bounds, scope, bound)
         except Exception as err:

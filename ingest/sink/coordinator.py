@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -40,6 +41,7 @@ from calving.ingest.sink.driver_index import (
     Rebase,
     advance_index,
     current_index,
+    discard_index_file,
     index_saved,
     write_index,
 )
@@ -170,6 +172,8 @@ class PreparedBatch:
     #: commit holds under another path (row-lineage copies), old -> new.
     resolved: Resolved | None = None
     renamed: dict[str, str] = field(default_factory=dict)
+    #: A saved index whose location this commit names (``save_with_next_commit``).
+    index_save: IndexSave | None = None
 
 
 class Coordinator:
@@ -186,12 +190,21 @@ class Coordinator:
         *,
         dead_letter_table: Table | None = None,
         index_save_every: int = 20,
+        save_with_next_commit: bool = False,
     ) -> None:
         self.table = table
         self.row_ids = RowIdReader(table.io)
         self.writer_id = writer_id
         self.dead_letter_table = dead_letter_table
         self.index_save_every = index_save_every
+        #: Many-table pipelines: a due index save is written, then named by the table's
+        #: next batch commit (the index one commit behind; a restart catches up) instead
+        #: of a commit of its own; and the first save comes after a stable number of
+        #: commits between 1 and ``index_save_every`` that depends on the table, so the
+        #: tables of a pipeline (all committing every batch) do not all save at once.
+        self.save_with_next_commit = save_with_next_commit
+        self._pending_save: IndexSave | None = None
+        self._saved_once = False
         self.index_state = IndexState()
         #: How a full rebuild of the index runs (None: ``build_from_table`` on the
         #: driver); the Spark sink sets the executors' rebuild.
@@ -253,6 +266,7 @@ class Coordinator:
         resolved: Resolved | None = None
         renamed: dict[str, str] = {}
         properties: dict[str, str] = {}
+        ride: IndexSave | None = None
         if self.keyed and self.sharded is not None:
             started = time.monotonic()
             keys = _touched_keys(parsed)
@@ -296,6 +310,9 @@ class Coordinator:
                     )
                     stats.phases["lineage"] = time.monotonic() - looked_up
             rebase = Rebase(self.table.io, state.index.key_field_ids, keys)
+            ride, self._pending_save = self._pending_save, None
+            if ride is not None:
+                properties = dict(ride.action.set)
         self.index_state = state
         action = RowDelta(
             tuple(f for f, _ in parsed.files),
@@ -306,12 +323,14 @@ class Coordinator:
             summary=dict(summary or {}),
             properties=properties,
         )
-        return PreparedBatch(parsed, stats, claim, action, deletes, rebase, resolved, renamed)
+        return PreparedBatch(parsed, stats, claim, action, deletes, rebase, resolved, renamed, ride)
 
     def finish(self, prepared: PreparedBatch, outcome: CommitOutcome) -> BatchStats:
         """Account for the commit of ``prepared``: raise unless done; on success move the
         index on (saving it every ``index_save_every`` commits)."""
         stats = prepared.stats
+        if prepared.index_save is not None and not isinstance(outcome, Committed):
+            discard_index_file(self.table, prepared.index_save)  # never named
         done_or_raise(outcome, f"batch {stats.batch_id}")
         if isinstance(outcome, Skipped):
             stats.outcome = "skipped"
@@ -331,9 +350,15 @@ class Coordinator:
                     outcome.removed_data_files,
                     self.rebuild,
                 )
+                if prepared.index_save is not None:  # named by this commit: one behind
+                    state = index_saved(self.table, state, prepared.index_save, outcome, 1)
+                    self._saved_once = True
                 self.index_state = state
-                if state.unsaved_commits >= self.index_save_every:
-                    self.save_index()
+                if state.unsaved_commits >= self._save_after():
+                    if self.save_with_next_commit:
+                        self._pending_save = write_index(self.table, state)
+                    else:
+                        self.save_index()
         self.history.append(stats)
         return stats
 
@@ -360,16 +385,31 @@ class Coordinator:
     def index_to_save(self) -> IndexSave | None:
         """The first half of ``save_index``: the index file written, and the commit that
         names it in the table (to commit with other tables' in one transaction); None
-        when there is nothing to save. Finish with ``index_save_done``."""
+        when there is nothing to save. Finish with ``index_save_done``. A save waiting
+        for the next batch commit is used if the index has not moved since."""
         if self.sharded is not None:
             naming = self.sharded.naming(self.table.metadata)
             return IndexSave(UpdateProperties(naming)) if naming else None
+        pending, self._pending_save = self._pending_save, None
+        index = self.index_state.index
+        if pending is not None:
+            if index is not None and index.snapshot_id == self.table.metadata.current_snapshot_id:
+                return pending
+            discard_index_file(self.table, pending)
         return write_index(self.table, self.index_state)
 
     def index_save_done(self, save: IndexSave, outcome: CommitOutcome) -> None:
         """The second half of ``save_index``, given the outcome of ``save``'s commit."""
         self.table.adopt(outcome)
         self.index_state = index_saved(self.table, self.index_state, save, outcome)
+        self._saved_once = self._saved_once or isinstance(outcome, Committed | Skipped)
+
+    def _save_after(self) -> int:
+        """Commits after which the index is saved (see ``save_with_next_commit``)."""
+        every = max(1, self.index_save_every)
+        if not self.save_with_next_commit or self._saved_once:
+            return every
+        return every - zlib.crc32(self.table.name.encode()) % every
 
     def evict_index(self) -> int:
         """Drop the index from memory, saved first when it holds unsaved commits; the

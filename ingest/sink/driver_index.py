@@ -166,13 +166,16 @@ def write_index(table: Table, state: IndexState) -> IndexSave | None:
     return IndexSave(UpdateProperties({pk.INDEX_LOCATION_PROPERTY: location}), location, previous)
 
 
-def index_saved(table: Table, state: IndexState, save: IndexSave, outcome: object) -> IndexState:
+def index_saved(
+    table: Table, state: IndexState, save: IndexSave, outcome: object, since: int = 0
+) -> IndexState:
     """After ``save``'s commit: the old index file goes once the table no longer names
-    it; a refused save's own file goes. Returns the new state."""
+    it; a refused save's own file goes. Returns the new state, ``since`` of our commits
+    not in the saved index (1 when the save rode on a batch commit)."""
     if save.location is None:
         return state
     if isinstance(outcome, Committed | Skipped):
-        state = replace(state, unsaved_commits=0)
+        state = replace(state, unsaved_commits=since)
         if save.previous and save.previous != save.location:
             _delete_quietly(table, save.previous)
     elif isinstance(outcome, Conflicted):

@@ -137,7 +137,9 @@ def _open(
     outcome: Route, event: FirstEvent, d: Discovery, namespaces: set[tuple[str, ...]]
 ) -> RoutedTable:
     table = open_routed_table(d.catalog, d.io, outcome, event, d.template, d.format, namespaces)
-    coordinator = Coordinator(table, d.writer_id, index_save_every=d.index_save_every)
+    coordinator = Coordinator(
+        table, d.writer_id, index_save_every=d.index_save_every, save_with_next_commit=True
+    )
     coordinator.rebuild = d.rebuild
     if d.sharded is not None:
         coordinator.sharded = d.sharded(table)

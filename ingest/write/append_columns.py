@@ -14,6 +14,8 @@ Codecs on bytes only (no I/O).
 from __future__ import annotations
 
 import base64
+import functools
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -42,6 +44,34 @@ class SpliceError(ValueError):
     """Two Parquet files whose columns cannot be put side by side as bytes."""
 
 
+@dataclass(frozen=True)
+class ExtraGroup:
+    """One row group of appended columns: its rows, its ``ColumnChunk``s (offsets
+    counted as in a file whose first chunk starts after the 4-byte magic), and its
+    total uncompressed and compressed bytes (None: not stated)."""
+
+    rows: int
+    chunks: list[tc.Struct]
+    uncompressed: int
+    compressed: int | None
+
+
+@dataclass(frozen=True)
+class ExtraColumns:
+    """Columns to append as bytes: ``data`` (their chunks, the first at offset 4), the
+    ``SchemaElement``s below the root and how many of them are the root's children, the
+    row groups, the top-level names, the column orders (None: none stated) and the Arrow
+    schema for the stored ``ARROW:schema`` (None: none)."""
+
+    data: bytes
+    schema: list[tc.Struct]
+    children: int
+    groups: list[ExtraGroup]
+    names: set[bytes]
+    orders: list[tc.Struct] | None
+    arrow: pa.Schema | None
+
+
 def footer(data: bytes) -> tuple[tc.Struct, int]:
     """A Parquet file's decoded ``FileMetaData`` and where it starts."""
     if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
@@ -64,45 +94,73 @@ def append_columns(
     """A Parquet file holding ``original``'s columns followed by ``extra``'s, whose row
     groups must have the same rows as ``original``'s. Names must not repeat.
     ``decoded``: ``footer(original)`` if the caller has it (it is changed)."""
-    meta, start = decoded or footer(original)
-    more, more_start = footer(extra)
-    _check(meta, more)
-    shift = start - len(MAGIC)  # where extra's byte 4 lands
-    _append_schema(meta, more)  # both freshly decoded: changed in place
-    for group, other in zip(meta.get(_ROW_GROUPS).items, more.get(_ROW_GROUPS).items):
-        _append_chunks(group, other, shift)
-    orders, more_orders = meta.get(_COLUMN_ORDERS), more.get(_COLUMN_ORDERS)
-    if orders is not None:
-        orders.items.extend(more_orders.items)
-    _merge_arrow_schema(meta, more)
-    encoded = tc.encode_struct(meta)
-    return b"".join(
-        (
-            original[:start],
-            extra[len(MAGIC) : more_start],
-            encoded,
-            len(encoded).to_bytes(4, "little"),
-            MAGIC,
+    return append_chunks(original, columns_of(extra), decoded)
+
+
+def columns_of(data: bytes) -> ExtraColumns:
+    """A whole Parquet file's columns as chunks to append (``append_chunks``)."""
+    more, more_start = footer(data)
+    _check_chunks(more)
+    groups = [
+        ExtraGroup(
+            int(rg.get(_RG_ROWS)),
+            rg.get(_COLUMNS).items,
+            int(rg.get(_TOTAL_BYTE_SIZE)),
+            rg.get(_TOTAL_COMPRESSED),
         )
+        for rg in more.get(_ROW_GROUPS, tc.ListValue(0, [])).items
+    ]
+    orders = more.get(_COLUMN_ORDERS)
+    return ExtraColumns(
+        data[len(MAGIC) : more_start],
+        more.get(_SCHEMA).items[1:],
+        int(more.get(_SCHEMA).items[0].get(_NUM_CHILDREN, 0)),
+        groups,
+        _top_names(more),
+        orders.items if orders is not None else None,
+        _arrow_schema(more),
     )
 
 
-def _check(meta: tc.Struct, more: tc.Struct) -> None:
-    for m in (meta, more):
-        if any(m.has(i) for i in _ENCRYPTION):
-            raise SpliceError("encrypted footers are not spliced")
-        for group in m.get(_ROW_GROUPS, tc.ListValue(0, [])).items:
-            for chunk in group.get(_COLUMNS).items:
-                if chunk.has(_CHUNK_PATH) or chunk.has(_CHUNK_CRYPTO):
-                    raise SpliceError("column chunks in other files or encrypted")
-    if row_group_rows(meta) != row_group_rows(more):
-        raise SpliceError(
-            f"row groups differ: {row_group_rows(meta)} rows vs {row_group_rows(more)}"
-        )
-    if meta.has(_COLUMN_ORDERS) != more.has(_COLUMN_ORDERS):
-        raise SpliceError("one file has column orders and the other none")
-    names = _top_names(meta)
-    clash = names & _top_names(more)
+def append_chunks(
+    original: bytes, extra: ExtraColumns, decoded: tuple[tc.Struct, int] | None = None
+) -> bytes:
+    """``append_columns`` for columns given as chunks and their footer parts."""
+    meta, start = decoded or footer(original)
+    _check(meta, extra)
+    shift = start - len(MAGIC)  # where extra's offset 4 lands
+    root = meta.get(_SCHEMA).items[0]
+    root.set(_NUM_CHILDREN, tc.I32, root.get(_NUM_CHILDREN, 0) + extra.children)
+    meta.get(_SCHEMA).items.extend(extra.schema)
+    for group, other in zip(meta.get(_ROW_GROUPS).items, extra.groups):
+        _append_group(group, other, shift)
+    orders = meta.get(_COLUMN_ORDERS)
+    if orders is not None and extra.orders is not None:  # none stated: none added
+        orders.items.extend(extra.orders)
+    _merge_arrow_schema(meta, extra.arrow)
+    encoded = tc.encode_struct(meta)
+    return b"".join(
+        (original[:start], extra.data, encoded, len(encoded).to_bytes(4, "little"), MAGIC)
+    )
+
+
+def _check_chunks(meta: tc.Struct) -> None:
+    if any(meta.has(i) for i in _ENCRYPTION):
+        raise SpliceError("encrypted footers are not spliced")
+    for group in meta.get(_ROW_GROUPS, tc.ListValue(0, [])).items:
+        for chunk in group.get(_COLUMNS).items:
+            if chunk.has(_CHUNK_PATH) or chunk.has(_CHUNK_CRYPTO):
+                raise SpliceError("column chunks in other files or encrypted")
+
+
+def _check(meta: tc.Struct, extra: ExtraColumns) -> None:
+    _check_chunks(meta)
+    rows = [g.rows for g in extra.groups]
+    if row_group_rows(meta) != rows:
+        raise SpliceError(f"row groups differ: {row_group_rows(meta)} rows vs {rows}")
+    if meta.has(_COLUMN_ORDERS) and extra.orders is None:
+        raise SpliceError("the file states column orders and the new columns none")
+    clash = _top_names(meta) & extra.names
     if clash:
         raise SpliceError(f"columns in both files: {sorted(n.decode() for n in clash)}")
 
@@ -127,25 +185,14 @@ def _skip(elements: list[tc.Struct], i: int) -> int:
     return i
 
 
-def _append_schema(meta: tc.Struct, more: tc.Struct) -> None:
-    elements = meta.get(_SCHEMA).items
-    more_elements = more.get(_SCHEMA).items
-    root = elements[0]
-    root.set(
-        _NUM_CHILDREN, tc.I32, root.get(_NUM_CHILDREN, 0) + more_elements[0].get(_NUM_CHILDREN, 0)
-    )
-    elements.extend(more_elements[1:])
-
-
-def _append_chunks(group: tc.Struct, other: tc.Struct, shift: int) -> None:
-    chunks = other.get(_COLUMNS).items
-    for chunk in chunks:
+def _append_group(group: tc.Struct, other: ExtraGroup, shift: int) -> None:
+    for chunk in other.chunks:
         _shift(chunk, _CHUNK_OFFSETS, shift)
         _shift(chunk.get(_CHUNK_META), _META_OFFSETS, shift)
-    group.get(_COLUMNS).items.extend(chunks)
-    group.set(_TOTAL_BYTE_SIZE, tc.I64, group.get(_TOTAL_BYTE_SIZE) + other.get(_TOTAL_BYTE_SIZE))
-    if group.has(_TOTAL_COMPRESSED) and other.has(_TOTAL_COMPRESSED):
-        total = group.get(_TOTAL_COMPRESSED) + other.get(_TOTAL_COMPRESSED)
+    group.get(_COLUMNS).items.extend(other.chunks)
+    group.set(_TOTAL_BYTE_SIZE, tc.I64, group.get(_TOTAL_BYTE_SIZE) + other.uncompressed)
+    if group.has(_TOTAL_COMPRESSED) and other.compressed is not None:
+        total = group.get(_TOTAL_COMPRESSED) + other.compressed
         group.set(_TOTAL_COMPRESSED, tc.I64, total)
 
 
@@ -157,22 +204,28 @@ def _shift(s: tc.Struct | None, field_ids: tuple[int, ...], by: int) -> None:
             f.value += by
 
 
-def _merge_arrow_schema(meta: tc.Struct, more: tc.Struct) -> None:
-    """The stored Arrow schema (which pyarrow reads types from) with ``more``'s fields
-    appended; left out when either file has none."""
+def _merge_arrow_schema(meta: tc.Struct, theirs: pa.Schema | None) -> None:
+    """The stored Arrow schema (which pyarrow reads types from) with ``theirs``'s fields
+    appended; left out when either side has none."""
     kv = meta.get(_KEY_VALUES)
     if kv is None:
         return
-    mine = _arrow_schema(meta)
-    theirs = _arrow_schema(more)
+    entry = next((e for e in kv.items if e.get(_KEY) == ARROW_SCHEMA_KEY), None)
+    mine = entry.get(_VALUE) if entry is not None else None
     if mine is None or theirs is None:
         kv.items = [e for e in kv.items if e.get(_KEY) != ARROW_SCHEMA_KEY]
         return
-    merged = pa.schema(list(mine) + list(theirs), metadata=mine.metadata)
-    value = base64.b64encode(merged.serialize().to_pybytes())
-    for entry in kv.items:
-        if entry.get(_KEY) == ARROW_SCHEMA_KEY:
-            entry.set(_VALUE, tc.BINARY, value)
+    assert entry is not None
+    entry.set(_VALUE, tc.BINARY, _merged_arrow_value(mine, theirs))
+
+
+@functools.lru_cache(maxsize=256)
+def _merged_arrow_value(mine: bytes, theirs: pa.Schema) -> bytes:
+    """The base64 ``ARROW:schema`` of ``mine`` (base64) with ``theirs``'s fields after
+    its own (the files of one table share it: cached)."""
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(mine)))
+    merged = pa.schema(list(schema) + list(theirs), metadata=schema.metadata)
+    return base64.b64encode(merged.serialize().to_pybytes())
 
 
 def _arrow_schema(meta: tc.Struct) -> pa.Schema | None:

@@ -19,7 +19,6 @@ from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from calving.commit.errors import CalvingError
 from calving.commit.io import FileIO
@@ -31,18 +30,16 @@ from calving.commit.table.data_files import project, read_data_file
 from calving.commit.table.row_ids import UNKNOWN
 from calving.ingest.write.append_columns import (
     SpliceError,
-    append_columns,
+    append_chunks,
     footer,
     row_group_rows,
 )
-from calving.ingest.write.arrow_schema import schema_to_arrow
+from calving.ingest.write.lineage_chunks import lineage_columns
 from calving.ingest.write.parquet_writer import write_data_file
 from calving.ingest.write.rewrite import table_metrics, with_lineage
 from calving.ingest.write.thrift_compact import ThriftError
 
 log = logging.getLogger("calving.row_ids")
-
-_LINEAGE_ARROW = schema_to_arrow(Schema(rl.LINEAGE_FIELDS))
 
 
 def lineage_location(location: str) -> str:
@@ -56,7 +53,8 @@ def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.n
     ``row_ids[i]`` as its ``_row_id`` (``UNKNOWN``: null, inherited) and a null
     ``_last_updated_sequence_number``.
 
-    The two columns are appended to the file's bytes (``append_columns``): its data is
+    The two columns are encoded as column chunks (``lineage_chunks``) and appended to
+    the file's bytes (``append_chunks``): its data is
     not decoded or encoded again. A local file changes in place (its footer replaced by
     the new columns and a new footer: same name, nothing copied); elsewhere the result
     is written beside it under a new name and the task's file deleted. A file that cannot
@@ -68,8 +66,8 @@ def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.n
     original = io.read(data_file.file_path)
     try:
         decoded = footer(original)
-        lineage = _lineage_columns(row_ids, row_group_rows(decoded[0]))
-        spliced = append_columns(original, lineage, decoded)
+        lineage = lineage_columns(row_ids, row_group_rows(decoded[0]))
+        spliced = append_chunks(original, lineage, decoded)
     except (SpliceError, ThriftError) as err:
         log.debug("%s: rewriting whole to store row ids (%s)", data_file.file_path, err)
         out = _rewrite(io, schema, data_file, row_ids, lineage_location(data_file.file_path))
@@ -85,25 +83,6 @@ def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.n
     except CalvingError as err:  # an uncommitted file left behind is an orphan, no more
         log.warning("could not delete %s: %s", data_file.file_path, err)
     return out
-
-
-def _lineage_columns(row_ids: np.ndarray, group_rows: list[int]) -> bytes:
-    """A Parquet file of the two lineage columns, with row groups of ``group_rows``."""
-    ids = pa.array(row_ids, pa.int64(), mask=np.asarray(row_ids) == UNKNOWN)
-    columns = pa.table([ids, pa.nulls(len(row_ids), pa.int64())], schema=_LINEAGE_ARROW)
-    sink = pa.BufferOutputStream()
-    with pq.ParquetWriter(
-        sink,
-        _LINEAGE_ARROW,
-        compression="zstd",
-        use_dictionary=False,
-        column_encoding={rl.ROW_ID.name: "DELTA_BINARY_PACKED"},  # as write_data_file does
-    ) as writer:
-        at = 0
-        for rows in group_rows:
-            writer.write_table(columns.slice(at, rows), row_group_size=max(rows, 1))
-            at += rows
-    return bytes(sink.getvalue().to_pybytes())
 
 
 def _rewrite(

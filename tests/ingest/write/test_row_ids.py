@@ -149,7 +149,7 @@ def test_a_file_that_cannot_be_spliced_is_written_again_whole(
     def refuse(*_: object) -> bytes:
         raise SpliceError("column chunks in other files or encrypted")
 
-    monkeypatch.setattr(row_ids_module, "append_columns", refuse)
+    monkeypatch.setattr(row_ids_module, "append_chunks", refuse)
     loc = f"{table.metadata.location}/data/task-3.parquet"
     original = write_data_file(table.io, loc, _rows([1, 2]), SCHEMA)
     copy = store_row_ids(table.io, SCHEMA, original, np.array([UNKNOWN, 7], np.int64))

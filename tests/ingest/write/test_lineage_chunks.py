@@ -21,6 +21,8 @@ from calving.ingest.write.append_columns import ARROW_SCHEMA_KEY, append_chunks,
 from calving.ingest.write.lineage_chunks import lineage_arrow_schema, lineage_columns
 from tests.support.oracles import duckdb_connection
 
+pytestmark = pytest.mark.integration
+
 
 def _ids(pattern: str, rows: int) -> np.ndarray:
     rng = np.random.default_rng(rows)

@@ -1,11 +1,13 @@
 """Columns appended to a written Parquet file without decoding or re-encoding its data.
 
 A Parquet file is its column chunks followed by a footer (Thrift ``FileMetaData``) that
-says where each chunk is. To add columns to a file, the new columns are written as a small
-Parquet file of their own with the same row groups; the result is the original's bytes up
-to its footer, the small file's chunks, and one footer naming both, with the small file's
-offsets moved to where its chunks now sit. The original's chunks are copied as bytes: the
-cost is a copy of the file and the new columns' encoding, not a Parquet rewrite.
+says where each chunk is. To add columns to a file, the new columns come as column
+chunks with the same row groups (``ExtraColumns``: from a small Parquet file of their
+own, ``columns_of``, or encoded directly, as ``lineage_chunks`` does); the result is the
+original's bytes up to its footer, the new chunks, and one footer naming both, with the
+new chunks' offsets moved to where they now sit. The original's chunks stay as bytes:
+the cost is the new columns' encoding and the footer, not a Parquet rewrite (and the
+caller may write just the new tail in place of the old footer).
 
 Field ids of ``FileMetaData`` and its parts, from the parquet-format Thrift definition.
 Codecs on bytes only (no I/O).
@@ -125,7 +127,8 @@ def columns_of(data: bytes) -> ExtraColumns:
 def append_chunks(
     original: bytes, extra: ExtraColumns, decoded: tuple[tc.Struct, int] | None = None
 ) -> bytes:
-    """``append_columns`` for columns given as chunks and their footer parts."""
+    """``append_columns`` for columns given as chunks and their footer parts; the
+    chunks' offsets are moved in place, so ``extra`` serves one call."""
     meta, start = decoded or footer(original)
     _check(meta, extra)
     shift = start - len(MAGIC)  # where extra's offset 4 lands

@@ -43,7 +43,7 @@ from calving.commit.errors import (
     InvalidLocationError,
     UnsupportedFeatureError,
 )
-from calving.commit.io_sync import fsync_dir, keep_for_sync
+from calving.commit.io_sync import LocalOutputStream, fsync_dir, keep_for_sync
 from calving.commit.thread_pools import shared_pool
 
 S3_SCHEMES = ("s3", "s3a", "s3n")
@@ -360,7 +360,7 @@ class FileIO:
             if fs is self._local:
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 raw = io.FileIO(path, "w")
-                return _LocalOutputStream(raw, path, self._fsync)
+                return LocalOutputStream(raw, path, self._fsync)
             stream: OutputStream = fs.open_output_stream(path)
             return stream
 
@@ -478,31 +478,6 @@ def _run_all(fn: Any, calls: Sequence[tuple[Any, ...]]) -> None:
     for error in errors:
         if error is not None:
             raise error
-
-
-class _LocalOutputStream(io.BufferedWriter):
-    """A buffered local file that fsyncs itself and its directory when closed (or, in a
-    ``io_sync.synced_together()`` block, when the block ends)."""
-
-    def __init__(self, raw: io.FileIO, path: str, fsync: bool) -> None:
-        super().__init__(raw, buffer_size=1 << 20)
-        self._path = path
-        self._do_fsync = fsync
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        kept = False
-        try:
-            self.flush()
-            if self._do_fsync:
-                kept = keep_for_sync(self.fileno(), self._path)
-                if not kept:
-                    os.fsync(self.fileno())
-        finally:
-            super().close()
-        if self._do_fsync and not kept:
-            fsync_dir(os.path.dirname(self._path))
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ descriptors without syncing (the caller discards those files).
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import threading
 from collections.abc import Iterator
@@ -128,3 +129,28 @@ def _wait_all(futures: list[Future[None]]) -> None:
     for error in errors:
         if error is not None:
             raise error
+
+
+class LocalOutputStream(io.BufferedWriter):
+    """A buffered local file (``FileIO.new_output_stream``) that fsyncs itself and its
+    directory when closed (or, in a ``synced_together()`` block, when the block ends)."""
+
+    def __init__(self, raw: io.FileIO, path: str, fsync: bool) -> None:
+        super().__init__(raw, buffer_size=1 << 20)
+        self._path = path
+        self._do_fsync = fsync
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        kept = False
+        try:
+            self.flush()
+            if self._do_fsync:
+                kept = keep_for_sync(self.fileno(), self._path)
+                if not kept:
+                    os.fsync(self.fileno())
+        finally:
+            super().close()
+        if self._do_fsync and not kept:
+            fsync_dir(os.path.dirname(self._path))

@@ -66,6 +66,9 @@ class ShardJob:
     io_properties: Mapping[str, str]
     max_deltas: int = 16
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    #: A batch of up to this many keys may run its steps in the driver (the resolver
+    #: decides; ``calving.index.driver-step-keys``).
+    driver_step_keys: int = 0
 
 
 @dataclass(frozen=True)

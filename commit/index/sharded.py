@@ -274,6 +274,7 @@ class ShardedIndex:
             catch_up,
             self.io_properties,
             max_deltas=max_deltas,
+            driver_step_keys=TableProperties(metadata.properties).index_driver_step_keys,
         )
         return tuple(self.resolver(job, requests))
 

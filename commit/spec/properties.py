@@ -145,6 +145,9 @@ INDEX_SHARDED_ROWS = IntProperty("calving.index.sharded-rows", 20_000_000, 0)
 INDEX_SHARDS = PowerOfTwoProperty("calving.index.shards", 0, 0, 1 << 16)
 #: Delta files a shard's chain holds before its task writes a new base.
 INDEX_SHARD_DELTAS = IntProperty("calving.index.shard-deltas", 16, 0, 10_000)
+#: Keys a batch may touch for its shard steps to run in the driver instead of a Spark
+#: job (when its shards are small too); 0: always on the executors.
+INDEX_DRIVER_STEP_KEYS = IntProperty("calving.index.driver-step-keys", 1_000, 0, 1_000_000)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
 #: refused until pyarrow can write Parquet VARIANT columns (see the reason).
 DEBEZIUM_JSON_TYPE = ChoiceProperty(
@@ -189,6 +192,7 @@ KNOWN: dict[str, Property] = {
         INDEX_SHARDED_ROWS,
         INDEX_SHARDS,
         INDEX_SHARD_DELTAS,
+        INDEX_DRIVER_STEP_KEYS,
     )
 }
 
@@ -301,6 +305,10 @@ class TableProperties:
     @property
     def index_shard_deltas(self) -> int:
         return self._int(INDEX_SHARD_DELTAS)
+
+    @property
+    def index_driver_step_keys(self) -> int:
+        return self._int(INDEX_DRIVER_STEP_KEYS)
 
     @property
     def debezium_json_type(self) -> str:

@@ -121,6 +121,7 @@ infer_schema = false
 [table.properties]
 "calving.index.mode" = "{index_mode}"
 "calving.index.shards" = "4"
+"calving.index.driver-step-keys" = "0"
 
 [[table.columns]]
 name = "id"

@@ -189,7 +189,11 @@ def write_config(
             partition=", ".join(f'"{p}"' for p in shape.partition),
             tmp=tmp,
             inline=inline if cadence == "inline" else "",
-            properties=f', "calving.index.mode" = "{index_mode}"' if index_mode else "",
+            properties=(
+                f', "calving.index.mode" = "{index_mode}", "calving.index.driver-step-keys" = "0"'
+                if index_mode
+                else ""
+            ),
         )
     )
     return path

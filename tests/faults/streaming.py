@@ -255,7 +255,12 @@ class StreamHarness:
 
         properties = dict(TABLE_PROPERTIES)
         if self.index_mode == "sharded":
-            properties |= {"calving.index.mode": "sharded", "calving.index.shards": "4"}
+            # Shard steps on the executors, even for the scenarios' small batches.
+            properties |= {
+                "calving.index.mode": "sharded",
+                "calving.index.shards": "4",
+                "calving.index.driver-step-keys": "0",
+            }
         catalog = self.spec.open()
         try:
             create_table(catalog, IDENT, SCHEMA, properties=properties)

@@ -1,6 +1,7 @@
 """CDC streams in sharded mode (``calving.index.mode = sharded``) through Spark: the
 shard steps run in Spark tasks, on the fused and the shuffle paths, and the table reads
-back exactly with pyiceberg, DuckDB and DataFusion; a restart resumes from the manifest
+back exactly with pyiceberg, DuckDB and DataFusion; small batches on small shards run
+their steps in the driver, with the same result; a restart resumes from the manifest
 the table names; compactions committing between the stream's batches are followed
 without a rebuild."""
 
@@ -30,7 +31,12 @@ from tests.support.streams import PATHS, drain
 
 pytestmark = pytest.mark.integration
 
-SHARDED = {"calving.index.mode": "sharded", "calving.index.shards": "8"}
+#: Steps on the executors even for these small batches (``driver-step-keys`` 0).
+SHARDED = {
+    "calving.index.mode": "sharded",
+    "calving.index.shards": "8",
+    "calving.index.driver-step-keys": "0",
+}
 
 
 def _sink(table: Table) -> CalvingSink:
@@ -65,6 +71,7 @@ def test_a_cdc_stream_in_sharded_mode_reads_back_exactly(
     _check(table, stream.expected)
     sharded = sink.coordinator.sharded
     assert sharded is not None and isinstance(sharded.resolver, SparkShardResolver)
+    assert sharded.resolver.in_driver == 0  # every batch's steps in Spark tasks
     assert sink.coordinator.index is None  # the driver built no index
     assert sum(s.deleted_rows for s in sink.coordinator.history) > 0
     assert names_shards(table.metadata)
@@ -123,3 +130,36 @@ def test_restart_and_compaction_beside_a_sharded_stream(
     assert passes["groups"] >= 1, passes  # compactions landed while the stream ran
     sharded = restarted.coordinator.sharded
     assert sharded is not None and sharded.rebuilds == 0
+
+
+def test_small_batches_on_small_shards_step_in_the_driver(
+    spark: Any, broker: Any, make_topic: Any, sqlite_catalog: Any, tmp_path: Any
+) -> None:
+    """``calving.index.driver-step-keys`` (1,000 by default): batches of 300 records
+    (at most 600 keys looked up and added) run their shard steps in the driver, batches
+    of 1,500 over 3,000 keys in Spark tasks; the table reads back exactly either way,
+    and the shards written by both agree."""
+    topic = make_topic(partitions=2)
+    stream = cdc_events(keys=3000, events=6000, partitions=2)
+    half = len(stream.records) // 2
+    produce(broker.bootstrap_servers, topic, stream.records[:half])
+    properties = {"calving.index.mode": "sharded", "calving.index.shards": "4"}
+    table = create_table(sqlite_catalog, ("db", "small"), SCHEMA, properties=properties)
+    checkpoint = str(tmp_path / "ckpt")
+    sink = _sink(table)
+    drain(spark, broker.bootstrap_servers, topic, sink, checkpoint, max_offsets_per_trigger=300)
+    sharded = sink.coordinator.sharded
+    assert sharded is not None and isinstance(sharded.resolver, SparkShardResolver)
+    in_driver = sharded.resolver.in_driver
+    assert in_driver > 0 and in_driver == len(sink.coordinator.history)
+    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    before = sink.coordinator.history.total
+    drain(spark, broker.bootstrap_servers, topic, sink, checkpoint, max_offsets_per_trigger=1500)
+    later = sink.coordinator.history.since(before)
+    on_spark = len(later) - (sharded.resolver.in_driver - in_driver)
+    big = sum(1 for b in later if b.records >= 1000)
+    assert big >= 1 and on_spark >= big  # the 1,500-record batches: Spark tasks
+    sink.close()
+    _check(table, stream.expected)
+    manifest = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
+    assert manifest.entries == len(stream.expected)

@@ -37,7 +37,13 @@ def test_each_table_picks_its_index_mode(spark: Any, broker: Any, tmp_path: Path
         f"sqlite:///{tmp_path / 'catalog.db'}",
         tmp_path / "wh",
         tables={
-            name: {"properties": {"calving.index.mode": "sharded", "calving.index.shards": "4"}}
+            name: {
+                "properties": {
+                    "calving.index.mode": "sharded",
+                    "calving.index.shards": "4",
+                    "calving.index.driver-step-keys": "0",  # steps on the executors
+                }
+            }
             for name in SHARDED
         },
         dead_letter_table=None,

@@ -90,39 +90,9 @@ def _chunk(
     and (uncompressed, compressed) bytes. ``ids`` None: every row null."""
     present = np.zeros(rows, bool) if ids is None else ids != UNKNOWN
     values = ids[present] if ids is not None else np.empty(0, np.int64)
-    body = _levels(present) + values.astype("<i8").tobytes()
-    codec = _ZSTD if len(values) else _UNCOMPRESSED
-    stored = pa.compress(body, codec="zstd", asbytes=True) if codec == _ZSTD else body
-    stats = [tc.Field(_ST_NULLS, tc.I64, rows - len(values))]
-    if len(values):
-        high, low = int(values.max()), int(values.min())
-        stats.append(tc.Field(_ST_MAX, tc.BINARY, high.to_bytes(8, "little", signed=True)))
-        stats.append(tc.Field(_ST_MIN, tc.BINARY, low.to_bytes(8, "little", signed=True)))
-    header = tc.encode_struct(
-        tc.Struct(
-            [
-                tc.Field(_PH_TYPE, tc.I32, _DATA_PAGE),
-                tc.Field(_PH_UNCOMPRESSED, tc.I32, len(body)),
-                tc.Field(_PH_COMPRESSED, tc.I32, len(stored)),
-                tc.Field(
-                    _PH_DATA,
-                    tc.STRUCT,
-                    tc.Struct(
-                        [
-                            tc.Field(_DP_VALUES, tc.I32, rows),
-                            tc.Field(_DP_ENCODING, tc.I32, _PLAIN),
-                            tc.Field(_DP_DEF_ENCODING, tc.I32, _RLE),
-                            tc.Field(_DP_REP_ENCODING, tc.I32, _RLE),
-                            tc.Field(_DP_STATS, tc.STRUCT, tc.Struct(list(stats))),
-                        ]
-                    ),
-                ),
-            ]
-        )
-    )
-    out += header
-    out += stored
-    sizes = (len(header) + len(body), len(header) + len(stored))
+    stats = _statistics(values, rows)
+    page, sizes, codec = _page(present, values, stats)
+    out += page
     meta = tc.Struct(
         [
             tc.Field(_CM_TYPE, tc.I32, _INT64),
@@ -133,11 +103,52 @@ def _chunk(
             tc.Field(_CM_UNCOMPRESSED, tc.I64, sizes[0]),
             tc.Field(_CM_COMPRESSED, tc.I64, sizes[1]),
             tc.Field(_CM_DATA_PAGE, tc.I64, offset),
-            tc.Field(_CM_STATS, tc.STRUCT, tc.Struct(list(stats))),
+            tc.Field(_CM_STATS, tc.STRUCT, stats),
         ]
     )
     chunk = tc.Struct([tc.Field(_CC_OFFSET, tc.I64, offset), tc.Field(_CC_META, tc.STRUCT, meta)])
     return chunk, sizes
+
+
+def _statistics(values: np.ndarray, rows: int) -> tc.Struct:
+    """Null count, and min and max (8-byte little-endian) when any value is present."""
+    fields = [tc.Field(_ST_NULLS, tc.I64, rows - len(values))]
+    if len(values):
+        high, low = int(values.max()), int(values.min())
+        fields.append(tc.Field(_ST_MAX, tc.BINARY, high.to_bytes(8, "little", signed=True)))
+        fields.append(tc.Field(_ST_MIN, tc.BINARY, low.to_bytes(8, "little", signed=True)))
+    return tc.Struct(fields)
+
+
+def _page(
+    present: np.ndarray, values: np.ndarray, stats: tc.Struct
+) -> tuple[bytes, tuple[int, int], int]:
+    """A v1 data page of the levels and PLAIN ``values`` (zstd when there are any): its
+    bytes with its header, (uncompressed, compressed) sizes with the header, codec."""
+    body = _levels(present) + values.astype("<i8").tobytes()
+    codec = _ZSTD if len(values) else _UNCOMPRESSED
+    stored = pa.compress(body, codec="zstd", asbytes=True) if codec == _ZSTD else body
+    data_page = tc.Struct(
+        [
+            tc.Field(_DP_VALUES, tc.I32, len(present)),
+            tc.Field(_DP_ENCODING, tc.I32, _PLAIN),
+            tc.Field(_DP_DEF_ENCODING, tc.I32, _RLE),
+            tc.Field(_DP_REP_ENCODING, tc.I32, _RLE),
+            tc.Field(_DP_STATS, tc.STRUCT, stats),
+        ]
+    )
+    header = tc.encode_struct(
+        tc.Struct(
+            [
+                tc.Field(_PH_TYPE, tc.I32, _DATA_PAGE),
+                tc.Field(_PH_UNCOMPRESSED, tc.I32, len(body)),
+                tc.Field(_PH_COMPRESSED, tc.I32, len(stored)),
+                tc.Field(_PH_DATA, tc.STRUCT, data_page),
+            ]
+        )
+    )
+    sizes = (len(header) + len(body), len(header) + len(stored))
+    return header + stored, sizes, codec
 
 
 def _levels(present: np.ndarray) -> bytes:

@@ -5,9 +5,9 @@ the batch's shard requests are spread over one task per core (shard ``s`` goes t
 ``s % tasks``, one slice each, so no shuffle), and with Spark's Python worker reuse a
 task often finds its shards cached from an earlier batch. A small batch whose shards
 are small (at most ``calving.index.driver-step-keys`` keys, ``DRIVER_SHARD_ENTRIES``
-entries in the shards it touches) runs its steps in the driver instead: a Spark job costs 0.1-0.2 s
-before any work, the steps of such a batch a few milliseconds; the driver keeps at
-most ``DRIVER_CACHE_BYTES`` of shards for it. ``SparkShardRebuild``
+entries in the shards it touches) runs its steps in the driver instead: a Spark job
+costs 0.1-0.2 s before any work, the steps of such a batch a few milliseconds; the
+driver keeps at most ``DRIVER_CACHE_BYTES`` of shards for it. ``SparkShardRebuild``
 rebuilds shards with ``index_rebuild.rebuild_shards``. ``sharded_index`` picks the mode
 of a table (``calving.index.mode``) and builds what sharded mode needs. Messages
 between the driver and the tasks are the frozen dataclasses of ``shard_lookup``,

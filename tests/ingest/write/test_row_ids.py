@@ -1,7 +1,8 @@
 """Storing ``_row_id``s in an uncommitted data file (an update keeping its rows' ids) and
 reading live rows' ``_row_id`` back by (file, position): ``store_row_ids`` appends the
-reserved columns to the file (in place locally, as a copy on object storage), ``RowIdReader`` prefers a file's stored value and falls back to
-its inherited ``first_row_id`` + position."""
+reserved columns to the file (in place locally, as a copy on object storage),
+``RowIdReader`` prefers a file's stored value and falls back to its inherited
+``first_row_id`` + position."""
 
 from __future__ import annotations
 

@@ -76,13 +76,27 @@ class ExtraColumns:
 
 def footer(data: bytes) -> tuple[tc.Struct, int]:
     """A Parquet file's decoded ``FileMetaData`` and where it starts."""
-    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
+    if len(data) < 12 or data[:4] != MAGIC:
         raise SpliceError("not a Parquet file (no PAR1 at both ends)")
-    length = int.from_bytes(data[-8:-4], "little")
-    start = len(data) - 8 - length
-    if start < 4:
-        raise SpliceError(f"footer length {length} is past the start of the file")
-    return tc.decode_struct(data[start:-8]), start
+    return footer_of_tail(data, len(data))
+
+
+def footer_span(tail: bytes) -> int:
+    """Bytes from a Parquet file's footer to its end (footer, length, magic), from its
+    last 8 bytes or more (``tail``)."""
+    if len(tail) < 8 or tail[-4:] != MAGIC:
+        raise SpliceError("not a Parquet file (no PAR1 at both ends)")
+    return int.from_bytes(tail[-8:-4], "little") + 8
+
+
+def footer_of_tail(tail: bytes, size: int) -> tuple[tc.Struct, int]:
+    """``footer`` from the last ``len(tail)`` bytes of a ``size``-byte file, which must
+    hold the whole footer (``footer_span``)."""
+    span = footer_span(tail)
+    start = size - span
+    if start < len(MAGIC) or span > len(tail):
+        raise SpliceError(f"footer length {span - 8} is past the start of the bytes given")
+    return tc.decode_struct(tail[len(tail) - span : -8]), start
 
 
 def row_group_rows(meta: tc.Struct) -> list[int]:
@@ -130,6 +144,12 @@ def append_chunks(
     """``append_columns`` for columns given as chunks and their footer parts; the
     chunks' offsets are moved in place, so ``extra`` serves one call."""
     meta, start = decoded or footer(original)
+    return original[:start] + splice_tail(meta, start, extra)
+
+
+def splice_tail(meta: tc.Struct, start: int, extra: ExtraColumns) -> bytes:
+    """What replaces a file's bytes from its footer (``meta``, at ``start``) on to add
+    ``extra``'s columns: their chunks and the new footer (``meta`` is changed)."""
     _check(meta, extra)
     shift = start - len(MAGIC)  # where extra's offset 4 lands
     root = meta.get(_SCHEMA).items[0]
@@ -142,9 +162,7 @@ def append_chunks(
         orders.items.extend(extra.orders)
     _merge_arrow_schema(meta, extra.arrow)
     encoded = tc.encode_struct(meta)
-    return b"".join(
-        (original[:start], extra.data, encoded, len(encoded).to_bytes(4, "little"), MAGIC)
-    )
+    return b"".join((extra.data, encoded, len(encoded).to_bytes(4, "little"), MAGIC))
 
 
 def _check_chunks(meta: tc.Struct) -> None:

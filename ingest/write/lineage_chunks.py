@@ -156,20 +156,13 @@ def _levels(present: np.ndarray) -> bytes:
     with the 4-byte length a v1 data page puts before them."""
     encoded = bytearray()
     if present.all() or not present.any():
-        _varint(len(present) << 1, encoded)  # one RLE run
+        tc.put_varint(len(present) << 1, encoded)  # one RLE run
         encoded.append(1 if len(present) and present[0] else 0)
     else:
         packed = np.packbits(present, bitorder="little").tobytes()  # groups of 8 values
-        _varint(len(packed) << 1 | 1, encoded)
+        tc.put_varint(len(packed) << 1 | 1, encoded)
         encoded += packed
     return len(encoded).to_bytes(4, "little") + bytes(encoded)
-
-
-def _varint(n: int, out: bytearray) -> None:
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
 
 
 def _schema_element(name: str, field_id: int) -> tc.Struct:

@@ -28,11 +28,13 @@ from calving.commit.spec.schema import Schema
 from calving.commit.spec.sort_order import UNSORTED
 from calving.commit.table.data_files import project, read_data_file
 from calving.commit.table.row_ids import UNKNOWN
+from calving.ingest.write import thrift_compact as tc
 from calving.ingest.write.append_columns import (
     SpliceError,
-    append_chunks,
-    footer,
+    footer_of_tail,
+    footer_span,
     row_group_rows,
+    splice_tail,
 )
 from calving.ingest.write.lineage_chunks import lineage_columns
 from calving.ingest.write.parquet_writer import write_data_file
@@ -40,6 +42,9 @@ from calving.ingest.write.rewrite import table_metrics, with_lineage
 from calving.ingest.write.thrift_compact import ThriftError
 
 log = logging.getLogger("calving.row_ids")
+
+#: Bytes read from a file's end to find its footer (a task file's is a few KiB).
+FOOTER_GUESS = 64 << 10
 
 
 def lineage_location(location: str) -> str:
@@ -53,36 +58,48 @@ def store_row_ids(io: FileIO, schema: Schema, data_file: DataFile, row_ids: np.n
     ``row_ids[i]`` as its ``_row_id`` (``UNKNOWN``: null, inherited) and a null
     ``_last_updated_sequence_number``.
 
-    The two columns are encoded as column chunks (``lineage_chunks``) and appended to
-    the file's bytes (``append_chunks``): its data is
-    not decoded or encoded again. A local file changes in place (its footer replaced by
-    the new columns and a new footer: same name, nothing copied); elsewhere the result
-    is written beside it under a new name and the task's file deleted. A file that cannot
+    The two columns are encoded as column chunks (``lineage_chunks``) and take the place
+    of the file's footer with a new footer (``splice_tail``): only the footer is read,
+    and the data is not decoded or encoded again. A local file changes in place (same
+    name, nothing copied); elsewhere the result is written beside it under a new name
+    and the task's file deleted. A file that cannot
     be spliced (an encrypted footer, say) is read and written again whole."""
     if len(row_ids) != data_file.record_count:
         raise ValueError(
             f"{data_file.file_path}: {len(row_ids)} row ids for {data_file.record_count} rows"
         )
-    original = io.read(data_file.file_path)
+    path = data_file.file_path
     try:
-        decoded = footer(original)
-        lineage = lineage_columns(row_ids, row_group_rows(decoded[0]))
-        spliced = append_chunks(original, lineage, decoded)
+        meta, start = _read_footer(io, path, data_file.file_size_in_bytes)
+        lineage = lineage_columns(row_ids, row_group_rows(meta))
+        tail = splice_tail(meta, start, lineage)
     except (SpliceError, ThriftError) as err:
-        log.debug("%s: rewriting whole to store row ids (%s)", data_file.file_path, err)
-        out = _rewrite(io, schema, data_file, row_ids, lineage_location(data_file.file_path))
+        log.debug("%s: rewriting whole to store row ids (%s)", path, err)
+        out = _rewrite(io, schema, data_file, row_ids, lineage_location(path))
     else:
-        keep = decoded[1]  # the original's bytes before its footer are spliced's too
-        if io.replace_tail(data_file.file_path, keep, spliced[keep:]):
-            return replace(data_file, file_size_in_bytes=len(spliced))
-        location = lineage_location(data_file.file_path)
-        io.write(location, spliced)
-        out = replace(data_file, file_path=location, file_size_in_bytes=len(spliced))
+        size = start + len(tail)  # the file's chunks stay as they are
+        if io.replace_tail(path, start, tail):
+            return replace(data_file, file_size_in_bytes=size)
+        location = lineage_location(path)
+        io.write(location, io.read_range(path, 0, start) + tail)
+        out = replace(data_file, file_path=location, file_size_in_bytes=size)
     try:
         io.delete(data_file.file_path)
     except CalvingError as err:  # an uncommitted file left behind is an orphan, no more
         log.warning("could not delete %s: %s", data_file.file_path, err)
     return out
+
+
+def _read_footer(io: FileIO, location: str, size: int) -> tuple[tc.Struct, int]:
+    """The footer of the ``size``-byte Parquet file at ``location`` and where it
+    starts, read from the file's end (a second read when the footer is longer than the
+    first guess): the chunks before it are not read."""
+    guess = min(size, FOOTER_GUESS)
+    tail = io.read_range(location, size - guess, guess)
+    span = footer_span(tail)
+    if span > len(tail) and span <= size:
+        tail = io.read_range(location, size - span, span)
+    return footer_of_tail(tail, size)
 
 
 def _rewrite(

@@ -214,7 +214,9 @@ def decode_struct(data: bytes) -> Struct:
 # ---------------------------------------------------------------- encoding
 
 
-def _varint(n: int, out: bytearray) -> None:
+def put_varint(n: int, out: bytearray) -> None:
+    """Append ``n`` (>= 0) as an unsigned LEB128 varint (Thrift's, and Parquet's RLE
+    run headers')."""
     while True:
         if n < 0x80:
             out.append(n)
@@ -224,14 +226,14 @@ def _varint(n: int, out: bytearray) -> None:
 
 
 def _zigzag(n: int, out: bytearray) -> None:
-    _varint((n << 1) ^ (n >> 63), out)
+    put_varint((n << 1) ^ (n >> 63), out)
 
 
 def _value(wire_type: int, v: Any, out: bytearray) -> None:
     if wire_type in _INTS:
         _zigzag(int(v), out)
     elif wire_type == BINARY:
-        _varint(len(v), out)
+        put_varint(len(v), out)
         out += v
     elif wire_type == STRUCT:
         _struct_into(v, out)
@@ -255,13 +257,13 @@ def _list(v: ListValue, out: bytearray) -> None:
         out.append(size << 4 | v.element_type)
     else:
         out.append(0xF0 | v.element_type)
-        _varint(size, out)
+        put_varint(size, out)
     for item in v.items:
         _value(v.element_type, item, out)
 
 
 def _map(v: MapValue, out: bytearray) -> None:
-    _varint(len(v.items), out)
+    put_varint(len(v.items), out)
     if v.items:
         out.append(v.key_type << 4 | v.value_type)
         for k, val in v.items:

@@ -150,7 +150,7 @@ def test_a_file_that_cannot_be_spliced_is_written_again_whole(
     def refuse(*_: object) -> bytes:
         raise SpliceError("column chunks in other files or encrypted")
 
-    monkeypatch.setattr(row_ids_module, "append_chunks", refuse)
+    monkeypatch.setattr(row_ids_module, "splice_tail", refuse)
     loc = f"{table.metadata.location}/data/task-3.parquet"
     original = write_data_file(table.io, loc, _rows([1, 2]), SCHEMA)
     copy = store_row_ids(table.io, SCHEMA, original, np.array([UNKNOWN, 7], np.int64))
@@ -209,3 +209,30 @@ def test_remembered_ids_are_answered_without_the_file_and_count_once(table: Tabl
     # a's position 0 and b's position 2 inherit: a's first_row_id 0, b's 3.
     assert got[a].tolist() == [71, 70, 0] and got[b].tolist() == [80, 5]
     assert reader.cached_files == {a, b}
+
+
+def test_only_the_footer_is_read_even_when_it_is_longer_than_the_first_read(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The footer is read from the file's end: a first read of ``FOOTER_GUESS`` bytes,
+    a second one of the footer's length when that is longer; the chunks are not read."""
+    monkeypatch.setattr(row_ids_module, "FOOTER_GUESS", 16)
+    io = table.io
+    task = write_data_file(
+        io, f"{table.metadata.location}/data/t.parquet", _rows([5, 6, 7]), SCHEMA
+    )
+    reads: list[tuple[int, int]] = []
+    real = FileIO.read_range
+
+    def spy(self: FileIO, location: str, offset: int, length: int) -> bytes:
+        reads.append((offset, length))
+        return real(self, location, offset, length)
+
+    monkeypatch.setattr(FileIO, "read_range", spy)
+    monkeypatch.setattr(FileIO, "read", lambda *_: pytest.fail("the whole file was read"))
+    stored = store_row_ids(io, SCHEMA, task, np.array([40, UNKNOWN, 2], np.int64))
+    first, second = reads
+    assert first == (task.file_size_in_bytes - 16, 16) and second[1] > 16
+    assert second[0] + second[1] == task.file_size_in_bytes and second[0] > 4
+    monkeypatch.undo()
+    _check_stored(stored, task, io)

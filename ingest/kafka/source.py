@@ -161,53 +161,38 @@ class BrokerView:
         return self._retry("list topics", fetch)
 
     def earliest(self, tps: Iterable[TopicPartition]) -> Offsets:
-        return self._list_offsets(tps, (False,))[0]
+        return self._list_offsets(tps, latest=False)
 
     def latest(self, tps: Iterable[TopicPartition]) -> Offsets:
-        return self._list_offsets(tps, (True,))[0]
+        return self._list_offsets(tps, latest=True)
 
-    def bounds(self, tps: Iterable[TopicPartition]) -> tuple[Offsets, Offsets]:
-        """(earliest, latest) offsets of ``tps``: both requests in flight at once."""
-        earliest, latest = self._list_offsets(tps, (False, True))
-        return earliest, latest
-
-    def _list_offsets(
-        self, tps: Iterable[TopicPartition], kinds: tuple[bool, ...]
-    ) -> list[Offsets]:
-        """For each of ``kinds`` (True: latest, False: earliest) the offsets of ``tps``;
-        the requests are sent together, then awaited."""
+    def _list_offsets(self, tps: Iterable[TopicPartition], latest: bool) -> Offsets:
         from confluent_kafka import IsolationLevel
         from confluent_kafka import TopicPartition as KafkaTopicPartition
         from confluent_kafka.admin import OffsetSpec
 
         wanted = sorted(set(tps))
         if not wanted:
-            return [{} for _ in kinds]
+            return {}
+        spec = OffsetSpec.latest() if latest else OffsetSpec.earliest()
         isolation = (
             IsolationLevel.READ_COMMITTED
             if self._options.read_committed
             else IsolationLevel.READ_UNCOMMITTED
         )
 
-        def fetch(timeout: float) -> list[Offsets]:
-            sent = [
-                self._admin.list_offsets(
-                    {KafkaTopicPartition(t, p): spec for t, p in wanted},
-                    isolation_level=isolation,
-                    request_timeout=timeout,
-                )
-                for spec in (OffsetSpec.latest() if k else OffsetSpec.earliest() for k in kinds)
-            ]
-            return [
-                {
-                    (tp.topic, tp.partition): int(future.result(timeout=timeout + 1).offset)
-                    for tp, future in futures.items()
-                }
-                for futures in sent
-            ]
+        def fetch(timeout: float) -> Offsets:
+            futures = self._admin.list_offsets(
+                {KafkaTopicPartition(t, p): spec for t, p in wanted},
+                isolation_level=isolation,
+                request_timeout=timeout,
+            )
+            return {
+                (tp.topic, tp.partition): int(future.result(timeout=timeout + 1).offset)
+                for tp, future in futures.items()
+            }
 
-        what = " and ".join("latest" if k else "earliest" for k in kinds)
-        return self._retry(f"list {what} offsets", fetch)
+        return self._retry("list " + ("latest" if latest else "earliest") + " offsets", fetch)
 
     def _retry(self, what: str, call: Callable[[float], _T]) -> _T:
         opts = self._options
@@ -309,7 +294,8 @@ class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         target = self._available_now_target
         if target is not None:  # AvailableNow: nothing that appeared after the start
             tps = [tp for tp in tps if tp in target or tp in begin]
-        earliest, latest = self.view.bounds(tps)
+        latest = self.view.latest(tps)
+        earliest = self.view.earliest(tps)
         if target is not None:
             for tp in latest:
                 latest[tp] = min(latest[tp], target.get(tp, begin.get(tp, latest[tp])))

@@ -1,7 +1,6 @@
-"""The consumer-lag probe and the broker view's offsets, against the embedded broker.
-Asked as a commit starts, the probe's broker read runs in the background and the lag
-after the commit uses that reply (the latest offsets of the moment it was asked);
-without an ask, the offsets are read then."""
+"""The consumer-lag probe against the embedded broker: asked as a commit starts, its
+broker read runs in the background and the lag after the commit uses that reply (the
+latest offsets of the moment it was asked); without an ask, the offsets are read then."""
 
 from __future__ import annotations
 
@@ -44,20 +43,3 @@ def test_an_asked_reply_is_the_lag_of_that_moment_and_is_used_once(
     by_table = probe.lag_of_tables({"a": ({(topic, 0): 5}, [topic]), "b": ({}, None)})
     assert by_table == {"a": {(topic, 0): 0}, "b": {(topic, 0): 5}}  # b never committed
 
-
-def test_the_views_bounds_are_its_earliest_and_latest_asked_together(
-    broker: EmbeddedBroker, make_topic: Callable[..., str]
-) -> None:
-    """``BrokerView.bounds`` (the source's ``latestOffset``: both requests in flight at
-    once) answers what ``earliest`` and ``latest`` answer one after the other."""
-    topic = make_topic(partitions=2)
-    _produce(broker, topic, 3)
-    view = LagProbe(
-        KafkaSourceOptions.parse(
-            {"kafka.bootstrap.servers": broker.bootstrap_servers, "subscribe": topic}
-        )
-    ).view
-    tps = [(topic, 0), (topic, 1)]
-    assert view.bounds(tps) == (view.earliest(tps), view.latest(tps))
-    assert view.bounds(tps) == ({(topic, 0): 0, (topic, 1): 0}, {(topic, 0): 3, (topic, 1): 0})
-    assert view.bounds([]) == ({}, {})

@@ -42,4 +42,3 @@ def test_an_asked_reply_is_the_lag_of_that_moment_and_is_used_once(
     probe.ask()
     by_table = probe.lag_of_tables({"a": ({(topic, 0): 5}, [topic]), "b": ({}, None)})
     assert by_table == {"a": {(topic, 0): 0}, "b": {(topic, 0): 5}}  # b never committed
-

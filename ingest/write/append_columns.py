@@ -74,11 +74,17 @@ class ExtraColumns:
     arrow: pa.Schema | None
 
 
-def footer(data: bytes) -> tuple[tc.Struct, int]:
-    """A Parquet file's decoded ``FileMetaData`` and where it starts."""
+#: A footer's column chunks, kept as bytes (``tc.RawStruct``) where the file's own
+#: chunks are only passed through: they stay where they are, offsets and all.
+RAW_CHUNKS: tc.RawSpec = {_ROW_GROUPS: {_COLUMNS: tc.RAW}}
+
+
+def footer(data: bytes, raw_chunks: bool = False) -> tuple[tc.Struct, int]:
+    """A Parquet file's decoded ``FileMetaData`` and where it starts (``raw_chunks``:
+    its column chunks as bytes, ``RAW_CHUNKS``)."""
     if len(data) < 12 or data[:4] != MAGIC:
         raise SpliceError("not a Parquet file (no PAR1 at both ends)")
-    return footer_of_tail(data, len(data))
+    return footer_of_tail(data, len(data), raw_chunks)
 
 
 def footer_span(tail: bytes) -> int:
@@ -89,14 +95,15 @@ def footer_span(tail: bytes) -> int:
     return int.from_bytes(tail[-8:-4], "little") + 8
 
 
-def footer_of_tail(tail: bytes, size: int) -> tuple[tc.Struct, int]:
+def footer_of_tail(tail: bytes, size: int, raw_chunks: bool = False) -> tuple[tc.Struct, int]:
     """``footer`` from the last ``len(tail)`` bytes of a ``size``-byte file, which must
     hold the whole footer (``footer_span``)."""
     span = footer_span(tail)
     start = size - span
     if start < len(MAGIC) or span > len(tail):
         raise SpliceError(f"footer length {span - 8} is past the start of the bytes given")
-    return tc.decode_struct(tail[len(tail) - span : -8]), start
+    raw = RAW_CHUNKS if raw_chunks else None
+    return tc.decode_struct(tail[len(tail) - span : -8], raw), start
 
 
 def row_group_rows(meta: tc.Struct) -> list[int]:
@@ -143,7 +150,7 @@ def append_chunks(
 ) -> bytes:
     """``append_columns`` for columns given as chunks and their footer parts; the
     chunks' offsets are moved in place, so ``extra`` serves one call."""
-    meta, start = decoded or footer(original)
+    meta, start = decoded or footer(original, raw_chunks=True)
     return original[:start] + splice_tail(meta, start, extra)
 
 

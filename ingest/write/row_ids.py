@@ -99,7 +99,7 @@ def _read_footer(io: FileIO, location: str, size: int) -> tuple[tc.Struct, int]:
     span = footer_span(tail)
     if span > len(tail) and span <= size:
         tail = io.read_range(location, size - span, span)
-    return footer_of_tail(tail, size)
+    return footer_of_tail(tail, size, raw_chunks=True)  # its chunks stay as they are
 
 
 def _rewrite(

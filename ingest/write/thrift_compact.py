@@ -3,7 +3,10 @@
 
 Nothing here knows Parquet: a struct is its fields in wire order, each with its field id,
 wire type and value, so a footer that is decoded and encoded again is the same bytes,
-fields this module has never heard of included. Codecs on bytes only (no I/O).
+fields this module has never heard of included. A caller that only passes some structs
+through (a footer's column chunks, when columns are appended) names them in ``raw``:
+they are skipped over, kept as their bytes (``RawStruct``) and written back verbatim.
+Codecs on bytes only (no I/O).
 """
 
 from __future__ import annotations
@@ -56,6 +59,24 @@ class Field:
     id: int
     type: int  # TRUE stands for any boolean field
     value: Any
+
+
+@dataclass(frozen=True)
+class RawStruct:
+    """A struct kept as its encoded bytes (``decode_struct``'s ``raw``), written back as
+    they are; ``ids`` are its top-level field ids."""
+
+    data: bytes
+    ids: frozenset[int]
+
+    def has(self, field_id: int) -> bool:
+        return field_id in self.ids
+
+
+#: ``decode_struct``'s ``raw``: field id -> ``RAW`` (that field's structs, or a list's,
+#: are kept as bytes) or a nested ``raw`` for the structs of that field.
+RawSpec = dict[int, Any]
+RAW = "raw"
 
 
 @dataclass
@@ -203,9 +224,148 @@ def _read_struct(data: bytes, pos: int) -> tuple[Struct, int]:
         last = field_id
 
 
-def decode_struct(data: bytes) -> Struct:
-    """The struct ``data`` holds, which must be all of it."""
-    out, pos = _read_struct(data, 0)
+def _skip(data: bytes, pos: int, wire_type: int) -> int:
+    """The position after the value of ``wire_type`` at ``pos``, nothing decoded: one
+    loop over a stack of open structs (None) and lists ([left, element type]), every
+    small value inline (a call per value was most of the time)."""
+    n = len(data)
+    frames: list[list[int] | None] = []
+    t = wire_type
+    try:
+        while True:
+            if t == I32 or t == I64 or t == I16:
+                while data[pos] >= 0x80:
+                    pos += 1
+                pos += 1
+            elif t == BINARY:
+                length, pos = _read_varint(data, pos)
+                pos += length
+            elif t == STRUCT:
+                frames.append(None)
+            elif t == LIST or t == SET:
+                header = data[pos]
+                pos += 1
+                size = header >> 4
+                if size == 15:
+                    size, pos = _read_varint(data, pos)
+                frames.append([size, header & 0x0F])
+            elif t == BYTE:
+                pos += 1
+            elif t == DOUBLE:
+                pos += 8
+            elif t == MAP:
+                pos = _skip_map(data, pos)
+            elif t != TRUE and t != FALSE:  # a struct's booleans are in their header
+                raise ThriftError(f"unknown wire type {t} at byte {pos}")
+            if pos > n:
+                raise _ends_early(n)
+            # The next value: a field of the open struct, or an element of the list.
+            while True:
+                if not frames:
+                    return pos
+                top = frames[-1]
+                if top is None:
+                    header = data[pos]
+                    pos += 1
+                    if header == STOP:
+                        frames.pop()
+                        continue
+                    if not header >> 4:  # the field id written long
+                        while data[pos] >= 0x80:
+                            pos += 1
+                        pos += 1
+                    t = header & 0x0F
+                    break
+                if not top[0]:
+                    frames.pop()
+                    continue
+                top[0] -= 1
+                t = top[1]
+                if t == TRUE or t == FALSE:  # a list's booleans: a byte each
+                    pos += 1
+                    continue
+                break
+    except IndexError:
+        raise _ends_early(n) from None
+
+
+def _skip_map(data: bytes, pos: int) -> int:
+    size, pos = _read_varint(data, pos)
+    if size:
+        types = _byte(data, pos)
+        pos += 1
+        for _ in range(size):
+            pos = _skip(data, _skip(data, pos, types >> 4), types & 0x0F)
+    return pos
+
+
+def _raw_struct(data: bytes, pos: int) -> tuple[RawStruct, int]:
+    start, last = pos, 0
+    ids: set[int] = set()
+    while True:
+        header = _byte(data, pos)
+        pos += 1
+        if header == STOP:
+            return RawStruct(data[start:pos], frozenset(ids)), pos
+        wire_type, delta = header & 0x0F, header >> 4
+        if delta:
+            field_id = last + delta
+        else:
+            field_id, pos = _read_zigzag(data, pos)
+        ids.add(field_id)
+        if wire_type != TRUE and wire_type != FALSE:
+            pos = _skip(data, pos, wire_type)
+        last = field_id
+
+
+def _read_special(data: bytes, pos: int, wire_type: int, spec: Any) -> tuple[Any, int]:
+    """A struct field's value, or a list's structs, read as ``spec`` says."""
+    if wire_type == STRUCT:
+        return _raw_struct(data, pos) if spec == RAW else _read_struct_as(data, pos, spec)
+    header = _byte(data, pos)
+    if header & 0x0F != STRUCT:
+        return _read_list(data, pos)
+    pos += 1
+    size = header >> 4
+    if size == 15:
+        size, pos = _read_varint(data, pos)
+    items = []
+    for _ in range(size):
+        item, pos = _read_special(data, pos, STRUCT, spec)
+        items.append(item)
+    return ListValue(STRUCT, items), pos
+
+
+def _read_struct_as(data: bytes, pos: int, spec: RawSpec) -> tuple[Struct, int]:
+    """``_read_struct`` with the fields ``spec`` names read by ``_read_special``."""
+    fields: list[Field] = []
+    last = 0
+    while True:
+        header = _byte(data, pos)
+        pos += 1
+        if header == STOP:
+            return Struct(fields), pos
+        wire_type, delta = header & 0x0F, header >> 4
+        if delta:
+            field_id = last + delta
+        else:
+            field_id, pos = _read_zigzag(data, pos)
+        inner = spec.get(field_id)
+        if wire_type == TRUE or wire_type == FALSE:
+            fields.append(Field(field_id, TRUE, wire_type == TRUE))
+        elif inner is not None and wire_type in (STRUCT, LIST, SET):
+            value, pos = _read_special(data, pos, wire_type, inner)
+            fields.append(Field(field_id, wire_type, value))
+        else:
+            value, pos = _read_value(data, pos, wire_type)
+            fields.append(Field(field_id, wire_type, value))
+        last = field_id
+
+
+def decode_struct(data: bytes, raw: RawSpec | None = None) -> Struct:
+    """The struct ``data`` holds, which must be all of it; the structs ``raw`` names
+    are kept as their bytes (``RawStruct``)."""
+    out, pos = _read_struct(data, 0) if raw is None else _read_struct_as(data, 0, raw)
     if pos != len(data):
         raise ThriftError(f"{len(data) - pos} bytes after the struct")
     return out
@@ -236,7 +396,10 @@ def _value(wire_type: int, v: Any, out: bytearray) -> None:
         put_varint(len(v), out)
         out += v
     elif wire_type == STRUCT:
-        _struct_into(v, out)
+        if isinstance(v, RawStruct):
+            out += v.data
+        else:
+            _struct_into(v, out)
     elif wire_type in (LIST, SET):
         _list(v, out)
     elif wire_type == BYTE:

@@ -54,6 +54,10 @@ def test_appended_lineage_columns_read_back_with_their_statistics(
     decoded = footer(original)
     groups = [int(rg.get(3)) for rg in decoded[0].get(4).items]
     spliced = append_chunks(original, lineage_columns(ids, groups), decoded)
+    # The file's own chunks kept as bytes (as ``store_row_ids`` reads the footer): the
+    # same file, byte for byte.
+    kept = footer(original, raw_chunks=True)
+    assert append_chunks(original, lineage_columns(ids, groups), kept) == spliced
 
     pf = pq.ParquetFile(pa.BufferReader(spliced))
     table = pf.read()

@@ -134,3 +134,74 @@ def test_set_keeps_field_id_order() -> None:
 def test_malformed_bytes_are_refused(data: bytes, message: str) -> None:
     with pytest.raises(tc.ThriftError, match=message):
         tc.decode_struct(data)
+
+
+# Kept as bytes: FileMetaData.row_groups (4) -> RowGroup.columns (1), as appending
+# columns does.
+_CHUNKS_RAW: tc.RawSpec = {4: {1: tc.RAW}}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"row_group_size": 150},
+        {"write_page_index": True},
+        {"use_dictionary": False, "compression": "none"},
+        {"write_statistics": False, "data_page_version": "2.0"},
+    ],
+)
+def test_structs_kept_raw_are_their_bytes_and_encode_back_byte_for_byte(
+    options: dict[str, object],
+) -> None:
+    """A footer read with its column chunks kept as bytes encodes back to itself; each
+    kept chunk is exactly the bytes of the fully decoded chunk, with its field ids, and
+    the rest of the footer decodes as without ``raw``."""
+    raw = _footer(SHAPES, **options)
+    lazy, full = tc.decode_struct(raw, _CHUNKS_RAW), tc.decode_struct(raw)
+    assert tc.encode_struct(lazy) == raw
+    groups = zip(lazy.get(4).items, full.get(4).items, strict=True)
+    chunks = 0
+    for lazy_group, full_group in groups:
+        assert [f.id for f in lazy_group.fields] == [f.id for f in full_group.fields]
+        for kept, decoded in zip(lazy_group.get(1).items, full_group.get(1).items, strict=True):
+            assert isinstance(kept, tc.RawStruct)
+            assert tc.decode_struct(kept.data) == decoded
+            assert kept.ids == {f.id for f in decoded.fields}
+            chunks += 1
+    assert chunks == 14 * len(full.get(4).items)  # leaves: 9 + list 1 + struct 2 + map 2
+    assert lazy.get(2) == full.get(2)  # the schema: decoded all the same
+
+
+def test_a_kept_struct_with_every_wire_type_is_skipped_exactly() -> None:
+    """Skipping (not decoding) walks every wire type: a struct holding the sample's
+    fields, a long list, a map, a double, a byte and bool list elements, kept raw,
+    is its own bytes and ends where the decoder says it ends."""
+    inner = tc.Struct(
+        [
+            *_sample().fields[:6],
+            tc.Field(8, tc.LIST, tc.ListValue(tc.I64, list(range(-20, 20)))),
+            tc.Field(9, tc.DOUBLE, -1.5),
+            tc.Field(10, tc.BYTE, -3),
+            tc.Field(11, tc.MAP, tc.MapValue(tc.BINARY, tc.I32, [(b"k", 1)])),
+            tc.Field(12, tc.MAP, tc.MapValue(0, 0, [])),
+            tc.Field(13, tc.LIST, tc.ListValue(tc.TRUE, [True, False])),
+            tc.Field(300, tc.STRUCT, _sample()),
+        ]
+    )
+    outer = tc.Struct([tc.Field(1, tc.STRUCT, inner), tc.Field(2, tc.I32, 9)])
+    data = tc.encode_struct(outer)
+    lazy = tc.decode_struct(data, {1: tc.RAW})
+    kept = lazy.get(1)
+    assert isinstance(kept, tc.RawStruct) and kept.data == tc.encode_struct(inner)
+    assert kept.ids == {f.id for f in inner.fields} and lazy.get(2) == 9
+    assert tc.encode_struct(lazy) == data
+
+
+def test_every_cut_of_a_footer_kept_raw_is_refused_as_thrift() -> None:
+    """Every truncation of a footer read with raw chunks is a ``ThriftError`` (never an
+    index error, never a struct that seems whole)."""
+    raw = _footer(SHAPES.slice(0, 20), row_group_size=10)
+    for n in range(len(raw)):
+        with pytest.raises(tc.ThriftError):
+            tc.decode_struct(raw[:n], _CHUNKS_RAW)

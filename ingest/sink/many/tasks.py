@@ -22,7 +22,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from calving.commit.io_sync import synced_together
 from calving.ingest.decode.avro_confluent import ConfluentAvroReader
@@ -58,6 +60,10 @@ from calving.ingest.sink.messages import (
 AVRO_SCHEMA_ID = "avro-schema-id:"
 #: At most this many distinct schema texts are remembered per task and table.
 _MAX_SCHEMAS = 64
+#: ``SchemaSniffer.add_values``: vectorized rounds (distinct schema texts) before the
+#: rest of a column goes record by record.
+_SNIFF_ROUNDS = 4
+_PAYLOAD = b'"payload"'
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ class SchemaSniffer:
             if value[:1] == b"\x00" and len(value) >= 5:  # Confluent Avro: the schema id
                 self.schemas.add(f"{AVRO_SCHEMA_ID}{int.from_bytes(value[1:5], 'big')}")
                 continue
-            cut = value.find(b'"payload"')
+            cut = value.find(_PAYLOAD)
             prefix = value[:cut] if cut > 0 else value
             if prefix in self.prefixes or len(self.prefixes) >= _MAX_SCHEMAS:
                 continue
@@ -103,6 +109,34 @@ class SchemaSniffer:
             schema = _value_schema(prefix, value)
             if schema is not None:
                 self.schemas.add(json.dumps(schema, sort_keys=True, separators=(",", ":")))
+
+    def add_values(self, values: pa.Array | pa.ChunkedArray) -> None:
+        """``add`` over a column of values, with no Python bytes a record: the records
+        that start with the first unseen record's bytes up to and with its
+        ``"payload"`` have its schema text (the same bytes before their first
+        ``"payload"``), found with one vectorized ``starts_with``; a few such rounds,
+        then what is left (Avro, unwrapped JSON, more schemas) goes to ``add``."""
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        left = values.is_valid().to_numpy(zero_copy_only=False)
+        for _ in range(_SNIFF_ROUNDS):
+            if not left.any():
+                return
+            at = int(np.argmax(left))
+            first: bytes = values[at].as_py()
+            cut = first.find(_PAYLOAD)
+            try:
+                head = first[: cut + len(_PAYLOAD)].decode() if cut > 0 else None
+            except UnicodeDecodeError:
+                head = None
+            if head is None or first[:1] == b"\x00":
+                break
+            self.add([first])
+            same = pc.starts_with(values, pattern=head).fill_null(False)
+            left &= ~same.to_numpy(zero_copy_only=False)
+        rest = np.flatnonzero(left)
+        if len(rest):
+            self.add(values.take(pa.array(rest)).to_pylist())
 
     def messages(self) -> list[Message]:
         return [SchemaSeen(s) for s in sorted(self.schemas)]
@@ -186,10 +220,10 @@ def _records(
                 if cut < rb.num_rows:
                     if cut:
                         head = rb.slice(0, cut)
-                        sniffer.add(head.column("value").to_pylist())
+                        sniffer.add_values(head.column("value"))
                         yield head
                     break  # the rest of this span waits for a later batch
-            sniffer.add(rb.column("value").to_pylist())
+            sniffer.add_values(rb.column("value"))
             yield rb
 
 

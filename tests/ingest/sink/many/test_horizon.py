@@ -4,7 +4,9 @@ bytes, END markers, where a task stops, and the horizon a batch may commit."""
 from __future__ import annotations
 
 import json
+import random
 
+import pyarrow as pa
 import pytest
 
 from calving.ingest.kafka.offsets import OffsetRange
@@ -106,6 +108,40 @@ def test_the_sniffer_reports_each_schema_once_and_avro_ids():
     sniffer.add([EVENT, EVENT, None, other, b"\x00\x00\x00\x00\x07rest"])
     texts = [m.schema for m in sniffer.messages()]
     assert len(texts) == 3 and "avro-schema-id:7" in texts
+
+
+def _sniffed(values: list[bytes | None], vectorized: bool) -> tuple[list[str], set[bytes]]:
+    sniffer = SchemaSniffer()
+    if vectorized:
+        sniffer.add_values(pa.chunked_array([values[:7], values[7:]], pa.binary()))
+    else:
+        sniffer.add(values)
+    return [m.schema for m in sniffer.messages()], sniffer.prefixes
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_vectorized_sniffer_finds_what_the_per_record_one_finds(seed: int) -> None:
+    """Over random mixes of schemas (more than its vectorized rounds; one whose text
+    starts with another's), nulls, Avro ids, unwrapped JSON, a schema with a field
+    named ``payload``, a head that is not UTF-8 and truncated events, ``add_values`` reports the schemas (and keeps the prefixes)
+    ``add`` does record by record."""
+    rng = random.Random(seed)
+    schemas = [
+        EVENT.replace(b'"type":"struct"', b'"type":"struct","version":%d' % i) for i in range(6)
+    ]
+    pool: list[bytes | None] = [
+        *schemas,
+        None,
+        b"\x00\x00\x00\x00\x07rest",
+        b"\x00\x00\x00\x01\x00more",
+        b'{"op":"c","after":{"id":1}}',
+        EVENT.replace(b'"field":"transaction"', b'"field":"payload"'),
+        EVENT.replace(b'"payload"', b'"extra":1,"payload"', 1),  # a longer schema text
+        b'{"schema":{"x":"\xff"},"payload":{}}',
+        EVENT[:40],
+    ]
+    values = [rng.choice(pool) for _ in range(rng.randint(1, 60))]
+    assert _sniffed(values, vectorized=True) == _sniffed(values, vectorized=False)
 
 
 def test_ranges_are_packed_into_few_tasks_keeping_groups_whole():

@@ -53,6 +53,7 @@ from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.types import PrimitiveType
 from calving.commit.table import scan
 from calving.commit.table.summary import live_rows
+from calving.ingest.worker_gc import at_task_end
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +256,9 @@ def rebuild_shards(
     try:
         written: list[ShardFile] = (
             sc.parallelize(tasks, slices)
-            .mapPartitions(partial(keys_by_shard, job))
+            .mapPartitions(at_task_end(partial(keys_by_shard, job)))
             .partitionBy(reducers, _TaskOfShard(reducers))
-            .mapPartitionsWithIndex(partial(write_shards, job, reducers))
+            .mapPartitionsWithIndex(at_task_end(partial(write_shards, job, reducers)))
             .collect()
         )
     except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure

@@ -36,6 +36,7 @@ from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.summary import live_rows
 from calving.commit.table.table import Table
 from calving.ingest.sink.index_rebuild import rebuild_shards, shards_for
+from calving.ingest.worker_gc import at_task_end
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,9 @@ class SparkShardResolver:
         try:
             # One slice a group, so no shuffle: ``parallelize`` keeps the list's order.
             results: list[ShardResult] = (
-                sc.parallelize(groups, tasks).mapPartitions(partial(_steps, job)).collect()
+                sc.parallelize(groups, tasks)
+                .mapPartitions(at_task_end(partial(_steps, job)))
+                .collect()
             )
         except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
             text = " ".join(str(err).split())[:300] or type(err).__name__

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
+from calving.ingest.worker_gc import at_task_end
+
 #: One planned Kafka range: ``(topic, partition, start, end)``.
 RangeRow = tuple[str, int, int, int]
 #: What a task runs over its range rows: it yields its encoded messages.
@@ -43,7 +45,7 @@ class SparkTaskRunner:
     def run(self, task: TaskFunction, groups: list[list[RangeRow]]) -> list[bytes]:
         blobs: list[bytes] = (
             self.spark.sparkContext.parallelize(groups, len(groups))
-            .mapPartitions(lambda items: task(r for group in items for r in group))
+            .mapPartitions(at_task_end(lambda items: task(r for group in items for r in group)))
             .collect()
         )
         return blobs

@@ -87,3 +87,31 @@ def test_decoders_survive_pickling(name):
     )
     out = decoder.decode(batch)
     assert out.rows.num_rows + out.dead_letters.num_rows == len(doc["records"])
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(p.name for p in VECTORS.glob("debezium*.json") if "avro" not in p.name),
+)
+def test_a_worker_unpickles_one_debezium_decoder_per_plan_and_reuses_it(name):
+    """A Python worker gets the same plan batch after batch: unpickling the same JSON
+    decoder again gives the decoder it built the first time (its converters and the
+    schemas it learnt kept), one with other options a decoder of its own, and a reused
+    decoder decodes a batch as a fresh one does."""
+    import dataclasses
+    import pickle
+
+    doc = json.loads((VECTORS / name).read_text())
+    fresh = _decoder(name, Schema.from_json(doc["table_schema"]))
+    blob = pickle.dumps(fresh)
+    first, again = pickle.loads(blob), pickle.loads(blob)
+    assert first is again and first is not fresh
+    other = dataclasses.replace(fresh.options, naive_timestamps_as_utc=True)
+    assert pickle.loads(pickle.dumps(type(fresh)(fresh.converter.schema, other))) is not first
+    batch = kafka_batch(
+        [base64.b64decode(r["value"]) if r["value"] else None for r in doc["records"]]
+    )
+    once, twice = first.decode(batch), again.decode(batch)
+    want = fresh.decode(batch)
+    for got in (once, twice):
+        assert got.rows.equals(want.rows) and got.dead_letters.equals(want.dead_letters)

@@ -10,11 +10,12 @@ commit stage.
 
 ``task_done()``, called as a calving task ends (``at_task_end`` wraps a task function),
 moves every object then alive into the permanent generation (``gc.freeze``), so the
-collection after the task only scans what the next task creates. Every
-``FULL_EVERY``-th task first unfreezes and collects everything, so cyclic garbage that
-was frozen is reclaimed: at most that many tasks' worth waits for it. Reference counting
-frees everything else as usual. Outside a Spark task (the driver, tests running tasks
-in process) it does nothing.
+collection after the task only scans what the task left. Every ``FULL_EVERY``-th task
+unfreezes them instead, so that PySpark's collection after it scans everything and
+reclaims the cyclic garbage that was frozen (at most that many tasks' worth waits for
+it); that collection, like every full one, runs after the task has sent its output,
+never inside a task. Reference counting frees everything else as usual. Outside a
+Spark task (the driver, tests running tasks in process) it does nothing.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import gc
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-#: Every this many tasks, a full collection before the freeze.
+#: Every this many tasks, the frozen objects are unfrozen for PySpark's collection.
 FULL_EVERY = 50
 
 _T = TypeVar("_T")
@@ -40,15 +41,16 @@ def _in_spark_task() -> bool:
 
 def task_done() -> None:
     """Freeze the worker's surviving objects after a task (see the module); every
-    ``FULL_EVERY``-th call collects everything first. No-op outside a Spark task."""
+    ``FULL_EVERY``-th call unfreezes them for the full collection that follows the
+    task. No-op outside a Spark task."""
     global _tasks
     if not _in_spark_task():
         return
     _tasks += 1
-    if (_tasks - 1) % FULL_EVERY == 0:
+    if _tasks % FULL_EVERY == 0:
         gc.unfreeze()
-        gc.collect()
-    gc.freeze()
+    else:
+        gc.freeze()
 
 
 def at_task_end(fn: Callable[..., Iterator[_T]]) -> Callable[..., Iterator[_T]]:

@@ -41,7 +41,7 @@ from calving.ingest.sink.index_rebuild import ExecutorRebuild
 from calving.ingest.sink.messages import Coordinates
 from calving.ingest.sink.shard_stage import sharded_index
 from calving.ingest.sink.spark_types import spark_schema
-from calving.ingest.worker_gc import at_task_end
+from calving.ingest.sink.worker_gc import at_task_end
 
 if TYPE_CHECKING:
     from typing_extensions import Self

@@ -53,7 +53,7 @@ from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.types import PrimitiveType
 from calving.commit.table import scan
 from calving.commit.table.summary import live_rows
-from calving.ingest.worker_gc import at_task_end
+from calving.ingest.sink.worker_gc import at_task_end
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ from calving.ingest.sink.foreach_batch import CalvingSink, is_range_frame
 from calving.ingest.sink.messages import DataFileWritten, Message, RowsSeen, encode
 from calving.ingest.sink.path_choice import SourcePlan
 from calving.ingest.sink.spark_types import spark_schema
-from calving.ingest.worker_gc import at_task_end
+from calving.ingest.sink.worker_gc import at_task_end
 from calving.ingest.write.arrow_schema import schema_to_arrow
 
 log = logging.getLogger("calving.sink.rows")

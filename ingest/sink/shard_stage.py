@@ -36,7 +36,7 @@ from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.summary import live_rows
 from calving.commit.table.table import Table
 from calving.ingest.sink.index_rebuild import rebuild_shards, shards_for
-from calving.ingest.worker_gc import at_task_end
+from calving.ingest.sink.worker_gc import at_task_end
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
-from calving.ingest.worker_gc import at_task_end
+from calving.ingest.sink.worker_gc import at_task_end
 
 #: One planned Kafka range: ``(topic, partition, start, end)``.
 RangeRow = tuple[str, int, int, int]

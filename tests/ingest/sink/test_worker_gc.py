@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from calving.ingest import worker_gc
+from calving.ingest.sink import worker_gc
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ def test_nothing_happens_outside_a_spark_task() -> None:
 
 
 @pytest.mark.integration
-def test_a_wrapped_spark_task_freezes_its_worker(spark) -> None:  # type: ignore[no-untyped-def]
+def test_a_wrapped_spark_task_freezes_its_worker(spark: Any) -> None:
     """In a real Spark Python worker: once the wrapped function's output is used up, the
     worker's surviving objects are frozen (counted in the same task)."""
 

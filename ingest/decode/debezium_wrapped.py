@@ -38,6 +38,19 @@ _WRAPPED_GROUPS = 8
 _PAYLOAD = b'"payload":'
 
 
+def wrapped_head(value: bytes) -> str | None:
+    """A JSON-converter event's bytes up to and with its first ``"payload":``, as text:
+    every event that starts with them carries the same schema text. None when there is
+    no such marker or the bytes are not UTF-8."""
+    cut = value.find(_PAYLOAD)
+    if cut <= 0:
+        return None
+    try:
+        return value[: cut + len(_PAYLOAD)].decode()
+    except UnicodeDecodeError:
+        return None
+
+
 def read_wrapped(
     vector: DebeziumVectorReader,
     values: pa.Array,
@@ -62,11 +75,7 @@ def read_wrapped(
             break
         at = int(np.argmax(left))
         first: bytes = values[at].as_py()
-        cut = first.find(_PAYLOAD)
-        try:
-            head = first[: cut + len(_PAYLOAD)].decode() if cut > 0 else None
-        except UnicodeDecodeError:
-            head = None
+        head = wrapped_head(first)
         if head is None:  # not a wrapped event: it goes per event
             left[at] = False
             rest.append(np.array([at]))
@@ -75,11 +84,12 @@ def read_wrapped(
         members = left & as_mask(pc.starts_with(values, pattern=head).fill_null(False))
         left &= ~members
         rows = np.flatnonzero(members)
-        units = units_of(first[:cut])
+        skip = len(head.encode())
+        units = units_of(first[: skip - len(_PAYLOAD)])
         if units is None:
             rest.append(rows)
             continue
-        payloads, short = payload_slices(values, rows, len(head.encode()))
+        payloads, short = payload_slices(values, rows, skip)
         rest.append(rows[short])
         rows = rows[~short]
         rest.append(vector.read_values(payloads, EnvelopeSource(rows, units), out))

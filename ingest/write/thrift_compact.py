@@ -200,7 +200,8 @@ def _read_map(data: bytes, pos: int) -> tuple[MapValue, int]:
     return MapValue(kt, vt, items), pos
 
 
-def _read_struct(data: bytes, pos: int) -> tuple[Struct, int]:
+def _read_struct(data: bytes, pos: int, spec: RawSpec | None = None) -> tuple[Struct, int]:
+    """The struct at ``pos``; fields ``spec`` names are read by ``_read_special``."""
     fields: list[Field] = []
     last = 0
     while True:
@@ -219,7 +220,11 @@ def _read_struct(data: bytes, pos: int) -> tuple[Struct, int]:
             value, pos = _read_zigzag(data, pos)
             fields.append(Field(field_id, wire_type, value))
         else:
-            value, pos = _read_value(data, pos, wire_type)
+            inner = spec.get(field_id) if spec is not None else None
+            if inner is not None and wire_type in (STRUCT, LIST, SET):
+                value, pos = _read_special(data, pos, wire_type, inner)
+            else:
+                value, pos = _read_value(data, pos, wire_type)
             fields.append(Field(field_id, wire_type, value))
         last = field_id
 
@@ -321,7 +326,7 @@ def _raw_struct(data: bytes, pos: int) -> tuple[RawStruct, int]:
 def _read_special(data: bytes, pos: int, wire_type: int, spec: Any) -> tuple[Any, int]:
     """A struct field's value, or a list's structs, read as ``spec`` says."""
     if wire_type == STRUCT:
-        return _raw_struct(data, pos) if spec == RAW else _read_struct_as(data, pos, spec)
+        return _raw_struct(data, pos) if spec == RAW else _read_struct(data, pos, spec)
     header = _byte(data, pos)
     if header & 0x0F != STRUCT:
         return _read_list(data, pos)
@@ -336,36 +341,10 @@ def _read_special(data: bytes, pos: int, wire_type: int, spec: Any) -> tuple[Any
     return ListValue(STRUCT, items), pos
 
 
-def _read_struct_as(data: bytes, pos: int, spec: RawSpec) -> tuple[Struct, int]:
-    """``_read_struct`` with the fields ``spec`` names read by ``_read_special``."""
-    fields: list[Field] = []
-    last = 0
-    while True:
-        header = _byte(data, pos)
-        pos += 1
-        if header == STOP:
-            return Struct(fields), pos
-        wire_type, delta = header & 0x0F, header >> 4
-        if delta:
-            field_id = last + delta
-        else:
-            field_id, pos = _read_zigzag(data, pos)
-        inner = spec.get(field_id)
-        if wire_type == TRUE or wire_type == FALSE:
-            fields.append(Field(field_id, TRUE, wire_type == TRUE))
-        elif inner is not None and wire_type in (STRUCT, LIST, SET):
-            value, pos = _read_special(data, pos, wire_type, inner)
-            fields.append(Field(field_id, wire_type, value))
-        else:
-            value, pos = _read_value(data, pos, wire_type)
-            fields.append(Field(field_id, wire_type, value))
-        last = field_id
-
-
 def decode_struct(data: bytes, raw: RawSpec | None = None) -> Struct:
     """The struct ``data`` holds, which must be all of it; the structs ``raw`` names
     are kept as their bytes (``RawStruct``)."""
-    out, pos = _read_struct(data, 0) if raw is None else _read_struct_as(data, 0, raw)
+    out, pos = _read_struct(data, 0, raw)
     if pos != len(data):
         raise ThriftError(f"{len(data) - pos} bytes after the struct")
     return out

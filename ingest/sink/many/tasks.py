@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 from calving.commit.io_sync import synced_together
 from calving.ingest.decode.avro_confluent import ConfluentAvroReader
 from calving.ingest.decode.batch import DEAD_LETTER_SCHEMA, META_COLUMNS
+from calving.ingest.decode.debezium_wrapped import wrapped_head
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.range_reader import RangeReader, read_range
@@ -112,10 +113,10 @@ class SchemaSniffer:
 
     def add_values(self, values: pa.Array | pa.ChunkedArray) -> None:
         """``add`` over a column of values, with no Python bytes a record: the records
-        that start with the first unseen record's bytes up to and with its
-        ``"payload"`` have its schema text (the same bytes before their first
-        ``"payload"``), found with one vectorized ``starts_with``; a few such rounds,
-        then what is left (Avro, unwrapped JSON, more schemas) goes to ``add``."""
+        that start with the first unseen record's ``wrapped_head`` share its bytes up to
+        and with its first ``"payload":``, so their first ``"payload"`` and schema text
+        too; they are found with one vectorized ``starts_with``. A few such rounds, then
+        what is left (Avro, unwrapped JSON, more schemas) goes to ``add``."""
         if isinstance(values, pa.ChunkedArray):
             values = values.combine_chunks()
         left = values.is_valid().to_numpy(zero_copy_only=False)
@@ -124,11 +125,7 @@ class SchemaSniffer:
                 return
             at = int(np.argmax(left))
             first: bytes = values[at].as_py()
-            cut = first.find(_PAYLOAD)
-            try:
-                head = first[: cut + len(_PAYLOAD)].decode() if cut > 0 else None
-            except UnicodeDecodeError:
-                head = None
+            head = wrapped_head(first)
             if head is None or first[:1] == b"\x00":
                 break
             self.add([first])

@@ -97,16 +97,17 @@ SHAPES = pa.table(
 )
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {},
-        {"row_group_size": 150},
-        {"write_page_index": True},
-        {"use_dictionary": False, "compression": "none"},
-        {"write_statistics": False, "data_page_version": "2.0"},
-    ],
-)
+#: pyarrow writer settings whose footers differ in shape.
+WRITER_OPTIONS: list[dict[str, object]] = [
+    {},
+    {"row_group_size": 150},
+    {"write_page_index": True},
+    {"use_dictionary": False, "compression": "none"},
+    {"write_statistics": False, "data_page_version": "2.0"},
+]
+
+
+@pytest.mark.parametrize("options", WRITER_OPTIONS)
 def test_pyarrow_footers_encode_back_byte_for_byte(options: dict[str, object]) -> None:
     raw = _footer(SHAPES, **options)
     assert tc.encode_struct(tc.decode_struct(raw)) == raw
@@ -141,16 +142,7 @@ def test_malformed_bytes_are_refused(data: bytes, message: str) -> None:
 _CHUNKS_RAW: tc.RawSpec = {4: {1: tc.RAW}}
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {},
-        {"row_group_size": 150},
-        {"write_page_index": True},
-        {"use_dictionary": False, "compression": "none"},
-        {"write_statistics": False, "data_page_version": "2.0"},
-    ],
-)
+@pytest.mark.parametrize("options", WRITER_OPTIONS)
 def test_structs_kept_raw_are_their_bytes_and_encode_back_byte_for_byte(
     options: dict[str, object],
 ) -> None:

@@ -19,7 +19,12 @@ from typing import Any
 import pyarrow as pa
 
 from calving.commit.catalog.base import Catalog
-from calving.commit.errors import NoSuchTableError, SchemaError, TableAlreadyExistsError
+from calving.commit.errors import (
+    NoSuchNamespaceError,
+    NoSuchTableError,
+    SchemaError,
+    TableAlreadyExistsError,
+)
 from calving.commit.io import FileIO
 from calving.commit.spec.schema import Schema
 from calving.commit.table.table import Table, create_table
@@ -41,6 +46,7 @@ from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.prefetch import BUDGET
 from calving.ingest.kafka.range_reader import RangeReader, read_range
 from calving.ingest.kafka.source import kafka_arrow_schema
+from calving.ingest.sink.many.recorded import route_source_property
 
 log = logging.getLogger("calving.many.discover")
 
@@ -187,6 +193,14 @@ def _avro_event(
     )
 
 
+def load_routed_table(catalog: Catalog, io: FileIO, route: Route) -> Table | None:
+    """The routed table if it exists (None if it, or its namespace, does not)."""
+    try:
+        return Table.load(catalog, route.ident, io)
+    except (NoSuchTableError, NoSuchNamespaceError):
+        return None
+
+
 def open_routed_table(
     catalog: Catalog,
     io: FileIO,
@@ -195,9 +209,12 @@ def open_routed_table(
     template: TableConfig,
     fmt: FormatConfig,
     namespaces: set[tuple[str, ...]] | None = None,
+    route_fields: tuple[str, ...] = (),
 ) -> Table:
     """The routed table, loaded, or created from ``event`` (see the module doc); its
-    namespace is made if missing, unless ``namespaces`` names it already (it is added)."""
+    namespace is made if missing, unless ``namespaces`` names it already (it is added).
+    A created table records the event's source fields it was routed by (with
+    ``route_fields``, the name template's: ``recorded``)."""
     ident = route.ident
     if namespaces is None or ident[:-1] not in namespaces:
         catalog.create_namespace_if_missing(ident[:-1])
@@ -209,7 +226,11 @@ def open_routed_table(
         pass
     schema = new_table_schema(route, event, template, fmt)
     spec = build_spec(schema, route.settings.partition)
-    properties = {**template.properties, **route.settings.properties}
+    properties = {
+        **template.properties,
+        **route.settings.properties,
+        **route_source_property(route.topic, event.source, route_fields),
+    }
     try:
         table = create_table(catalog, ident, schema, spec=spec, properties=properties, io=io)
     except TableAlreadyExistsError:

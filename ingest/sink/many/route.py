@@ -1,6 +1,8 @@
 """Stage 1, route: each topic a batch reads for the first time is routed
 (``calving.ingest.config.router``) and its table loaded or created from its first
-change event (``discover``). What the batches so far routed is kept in ``Routing``.
+change event (``discover``), or, when its table recorded the source fields it was
+routed by (``recorded``, a restart's case), from those without reading it. What the
+batches so far routed is kept in ``Routing``.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from calving.commit.catalog.base import Catalog
+from calving.commit.catalog.base import Catalog, TableIdent
 from calving.commit.index.sharded import ShardedIndex
 from calving.commit.index.store import Rebuild
 from calving.commit.io import FileIO
@@ -17,11 +19,18 @@ from calving.commit.table.table import Table
 from calving.ingest.config.format import FormatConfig
 from calving.ingest.config.router import NeedsSource, Route, Skip, TableRouter
 from calving.ingest.config.table import TableConfig
+from calving.ingest.config.table_names import TableNameError
 from calving.ingest.decode.batch import Decoder
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.sink.coordinator import Coordinator
-from calving.ingest.sink.many.discover import FirstEvent, first_events, open_routed_table
+from calving.ingest.sink.many.discover import (
+    FirstEvent,
+    first_events,
+    load_routed_table,
+    open_routed_table,
+)
+from calving.ingest.sink.many.recorded import RecordedRoute
 from calving.ingest.sink.many.runner import RangeRow
 from calving.ingest.sink.many.transactions import collection_names
 
@@ -83,6 +92,15 @@ class Discovery:
     #: A table's sharded-mode state when its ``calving.index.mode`` picks sharded
     #: (None: every table's index in the driver).
     sharded: Callable[[Table], ShardedIndex | None] | None = None
+    #: The routes the writer's tables recorded (``recorded``) and those tables as the
+    #: start loaded them, read once when a batch first routes (None: none are used).
+    recorded: (
+        Callable[[], tuple[Mapping[str, RecordedRoute], Mapping[TableIdent, Table]]] | None
+    ) = None
+    #: Whether every routed topic's data-collection names are needed (source-transaction
+    #: boundaries match END markers to topics by them): a topic routed by name to a
+    #: table that records no source fields then has its first event read.
+    collections_needed: bool = False
 
 
 def ranges_by_topic(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:
@@ -95,9 +113,13 @@ def ranges_by_topic(rows: Iterable[RangeRow]) -> dict[str, list[OffsetRange]]:
 
 def route(spans: Mapping[str, list[OffsetRange]], routing: Routing, d: Discovery) -> None:
     """Route every topic of ``spans`` not routed yet (into ``routing``); a topic with no
-    change event yet, or none to route by, waits for a later batch. The new topics'
+    change event yet, or none to route by, waits for a later batch. A topic whose table
+    recorded its route, or routed by name alone to a table that exists, is routed
+    without reading it (``_without_events``: a restart's case); the other new topics'
     first change events are read together (``first_events``)."""
     new = {t: d.router.route(t) for t in spans if t not in routing.routes}
+    for topic in _without_events(new, routing, d):
+        del new[topic]
     wanted = {t: spans[t] for t, o in new.items() if isinstance(o, NeedsSource | Route)}
     events = first_events(d.source_options, wanted, d.format.schema_source()) if wanted else {}
     for topic, first in new.items():
@@ -115,6 +137,47 @@ def route(spans: Mapping[str, list[OffsetRange]], routing: Routing, d: Discovery
         if outcome.name not in routing.tables:
             routing.tables[outcome.name] = _open(outcome, event, d, routing.namespaces)
         log.info("topic %s -> table %s", topic, outcome.name)
+
+
+def _without_events(
+    new: Mapping[str, Route | Skip | NeedsSource], routing: Routing, d: Discovery
+) -> list[str]:
+    """The topics of ``new`` routed (into ``routing``, their tables opened) without their
+    first change event: from the source fields their table recorded, or by name alone
+    to a table that is open or exists (unless its data-collection names are needed and
+    unrecorded). A catalog error other than a missing table stops the batch."""
+    if not new:
+        return []
+    recorded, loaded = d.recorded() if d.recorded is not None else ({}, {})
+    done = []
+    for topic, outcome in new.items():
+        record = recorded.get(topic)
+        if isinstance(outcome, NeedsSource) and record is not None:
+            try:
+                outcome = d.router.route(topic, record.source)
+            except TableNameError:
+                continue  # the recorded fields no longer render: the event decides
+        if isinstance(outcome, Skip) and record is not None:
+            routing.routes[topic] = outcome
+            log.info("topic %s: skipped (%s)", topic, outcome.reason)
+            done.append(topic)
+            continue
+        if not isinstance(outcome, Route):
+            continue
+        source = record.source if record is not None else None
+        if source is None and d.collections_needed:
+            continue
+        if outcome.name not in routing.tables:
+            table = loaded.get(outcome.ident) or load_routed_table(d.catalog, d.io, outcome)
+            if table is None:
+                continue
+            routing.tables[outcome.name] = _opened(table, d)
+        for collection in collection_names(source):
+            routing.collections.setdefault(collection, topic)
+        routing.routes[topic] = outcome
+        log.info("topic %s -> table %s", topic, outcome.name)
+        done.append(topic)
+    return done
 
 
 def _outcome(
@@ -136,7 +199,20 @@ def _outcome(
 def _open(
     outcome: Route, event: FirstEvent, d: Discovery, namespaces: set[tuple[str, ...]]
 ) -> RoutedTable:
-    table = open_routed_table(d.catalog, d.io, outcome, event, d.template, d.format, namespaces)
+    table = open_routed_table(
+        d.catalog,
+        d.io,
+        outcome,
+        event,
+        d.template,
+        d.format,
+        namespaces,
+        d.router.template.source_fields,
+    )
+    return _opened(table, d)
+
+
+def _opened(table: Table, d: Discovery) -> RoutedTable:
     coordinator = Coordinator(
         table, d.writer_id, index_save_every=d.index_save_every, save_with_next_commit=True
     )

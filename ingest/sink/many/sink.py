@@ -35,10 +35,10 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from calving.commit.catalog.base import Catalog
+from calving.commit.catalog.base import Catalog, TableIdent
 from calving.commit.index.sharded import ShardedIndex
 from calving.commit.io import FileIO
-from calving.commit.table.ledger import TopicPartition
+from calving.commit.table.ledger import TopicPartition, read_ledger
 from calving.commit.table.multi_commit import TableCommit
 from calving.commit.table.table import Table
 from calving.ingest.config.format import FormatConfig
@@ -68,6 +68,7 @@ from calving.ingest.sink.many.index_budget import IndexBudget
 from calving.ingest.sink.many.observer import ManyBatchObserver, TableFigures
 from calving.ingest.sink.many.plan import TASKS_PER_CORE, Planner, pack
 from calving.ingest.sink.many.planned import planned_ranges
+from calving.ingest.sink.many.recorded import RecordedRoute, recorded_routes
 from calving.ingest.sink.many.registry import WriterRegistry
 from calving.ingest.sink.many.route import Discovery, RoutedTable, Routing, ranges_by_topic, route
 from calving.ingest.sink.many.runner import RangeRow, SparkTaskRunner, TaskRunner
@@ -143,6 +144,10 @@ class ManyTablesSink:
         #: One Kafka consumer per task for all its ranges (False: one per range; the
         #: benchmark's peer).
         self.reuse_consumer = True
+        #: The writer's tables as the start loaded them, until the first route stage.
+        self._started: dict[TableIdent, Table] | None = None
+        #: Topic -> the route its table recorded (``recorded``), read once.
+        self._routes_recorded: dict[str, RecordedRoute] | None = None
 
     @property
     def routes(self) -> dict[str, Route | Skip]:
@@ -167,10 +172,29 @@ class ManyTablesSink:
     def starting_ledger(self) -> dict[TopicPartition, int]:
         """Where the source must not read below: per topic-partition, the lowest next
         offset any of this writer's tables (and the dead-letter table) holds."""
-        return start.starting_ledger(self.registry, self.io)
+        return start.lowest(self._ledgers())
 
     def _ledgers(self) -> list[dict[TopicPartition, int]]:
-        return start.ledgers(self.registry, self.io)
+        return [read_ledger(t.metadata, self.writer_id) for t in self._writer_tables()]
+
+    def _writer_tables(self) -> list[Table]:
+        """The writer's tables, loaded now (kept for the first route stage)."""
+        tables = self.registry.tables(self.io)
+        if self._routes_recorded is None:
+            self._started = {t.ident: t for t in tables}
+        return tables
+
+    def _recorded(self) -> tuple[dict[str, RecordedRoute], dict[TableIdent, Table]]:
+        """The routes the writer's tables recorded, and, the first time, the tables the
+        start loaded (then forgotten: a later new topic loads its table afresh)."""
+        if self._routes_recorded is not None:
+            return self._routes_recorded, {}
+        if self._started is None:
+            self._writer_tables()
+        loaded, self._started = self._started or {}, None
+        dead = self.dead_letter_table.ident if self.dead_letter_table is not None else None
+        self._routes_recorded = recorded_routes(loaded.values(), self.writer_id, dead)
+        return self._routes_recorded, loaded
 
     def close(self) -> None:
         """Save every keyed table's primary-key index with the table: the index files
@@ -359,6 +383,8 @@ class ManyTablesSink:
             self.index_save_every,
             self._rebuild,
             self._sharded,
+            recorded=self._recorded,
+            collections_needed=self.transactions is not None,
         )
 
     def _writes(self, runner: TaskRunner, batch_id: int) -> Writes:

@@ -8,19 +8,16 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from calving.commit import faults
 from calving.commit.catalog.base import Catalog, TableIdent
 from calving.commit.errors import CalvingError, CatalogError, NoSuchTableError, Terminal, Transient
 from calving.commit.io import FileIO
-from calving.commit.table.ledger import TopicPartition, read_ledger
+from calving.commit.table.ledger import TopicPartition
 from calving.commit.table.table import Table
-
-if TYPE_CHECKING:
-    from calving.ingest.sink.many.registry import WriterRegistry
 
 log = logging.getLogger("calving.many")
 
@@ -35,19 +32,14 @@ class LedgerUnreadableError(Terminal):
     the restart point could move past it (names the table and the cause)."""
 
 
-def starting_ledger(registry: WriterRegistry, io: FileIO) -> dict[TopicPartition, int]:
+def lowest(ledgers: Iterable[Mapping[TopicPartition, int]]) -> dict[TopicPartition, int]:
     """Where the source must not read below: per topic-partition, the lowest next
-    offset any of the writer's tables (and the dead-letter table) holds."""
+    offset of ``ledgers`` (the writer's, in each of its tables)."""
     out: dict[TopicPartition, int] = {}
-    for ledger in ledgers(registry, io):
+    for ledger in ledgers:
         for tp, offset in ledger.items():
             out[tp] = min(offset, out.get(tp, offset))
     return out
-
-
-def ledgers(registry: WriterRegistry, io: FileIO) -> list[dict[TopicPartition, int]]:
-    """The writer's ledger in every table that may hold it."""
-    return [read_ledger(t.metadata, registry.writer_id) for t in registry.tables(io)]
 
 
 def every_table(catalog: Catalog, io: FileIO) -> Iterable[Table]:

@@ -6,6 +6,7 @@ and a SQLite catalog, the batches' tasks in process."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 from calving.commit.catalog.sql import SqlCatalog
 from calving.commit.index.store import INDEX_LOCATION_PROPERTY
 from calving.commit.table.table import Table, create_table
+from calving.ingest.config.table_names import parse_template
 from calving.ingest.demo.database import SourceDatabase, plain_table
 from calving.ingest.kafka import range_reader
 from calving.ingest.kafka.offsets import OffsetRange
@@ -182,6 +184,72 @@ def test_a_restart_routes_loads_and_saves_every_table_at_the_cost_of_a_few(
         short = name.split(".")[-1]
         columns = db.tables[short].column_names
         assert pyiceberg_rows(table.metadata_location, columns) == db.expected(short)
+
+
+def test_a_restart_opens_existing_tables_without_reading_their_topics_first(
+    broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from calving.ingest.sink.many import route
+
+    db, config, first, sink = _first_batch(broker, tmp_path, 5, range(3))
+    sink.close()
+    db.add_table(plain_table("fresh"))  # a table the source gains while the writer is down
+    create_topics(broker, db, ["fresh"])
+    _touch(db, range(2, 4))
+    second = produce_pending(broker.bootstrap_servers, db)
+
+    again = build_many_sink(config)
+    probed: list[str] = []
+    real = route.first_events
+
+    def counted(options: Any, spans: Any, *args: Any) -> Any:
+        probed.extend(spans)
+        return real(options, spans, *args)
+
+    monkeypatch.setattr(route, "first_events", counted)
+    again.run_batch(InProcessRunner(parallelism=1), _ranges(second, first), 1)
+    # Only the new table's topic is read before its table is made; the five that have
+    # a table are routed by name and opened from the catalog.
+    assert probed == [db.topic("fresh")]
+    assert sorted(again.tables) == sorted([*sink.tables, "inventory.fresh"])
+    # The data collections END markers name map to the same topics as from the events.
+    assert {c: t for c, t in again.collections.items() if t != db.topic("fresh")} == (
+        sink.collections
+    )
+    assert "inventory.fresh" in again.collections
+    for name, routed in again.tables.items():
+        short = name.split(".")[-1]
+        columns = db.tables[short].column_names
+        rows = pyiceberg_rows(routed.table.metadata_location, columns)
+        assert rows == db.expected(short), name
+
+
+def test_a_changed_name_template_routes_a_restart_as_the_events_would(
+    broker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from calving.ingest.sink.many import route
+
+    db, config, first, sink = _first_batch(broker, tmp_path, 3, range(2))
+    sink.close()
+    _touch(db, range(1, 3))
+    second = produce_pending(broker.bootstrap_servers, db)
+    assert config.router is not None
+    renamed = replace(
+        config,
+        router=replace(
+            config.router, template=parse_template("table.name", "cdc_{schema}.{table}")
+        ),
+    )
+    again = build_many_sink(renamed)
+    probed: list[str] = []
+    real = route.first_events
+    monkeypatch.setattr(
+        route, "first_events", lambda o, spans, *a: probed.extend(spans) or real(o, spans, *a)
+    )
+    again.run_batch(InProcessRunner(parallelism=1), _ranges(second, first), 1)
+    # The recorded fields render to tables that do not exist yet: made from the events.
+    assert sorted(probed) == sorted(db.topic(n) for n in db.tables)
+    assert sorted(again.tables) == sorted(f"cdc_inventory.{n}" for n in db.tables)
 
 
 def test_table_load_reads_the_catalog_once(sqlite_catalog, monkeypatch) -> None:

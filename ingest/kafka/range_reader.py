@@ -34,6 +34,10 @@ ARROW_BATCH_ROWS = 10_000
 ARROW_BATCH_BYTES = 16 * 1024 * 1024
 #: librdkafka's ``fetch.wait.max.ms`` for range reads (unless ``kafka.fetch.wait.max.ms``).
 FETCH_WAIT_MAX_MS = 10
+#: Partitions one prefetch assignment holds, at most. Every fetch request names each
+#: assigned partition not yet paused, and one whose records are all fetched but not yet
+#: consumed is asked again every ``fetch.wait.max.ms``: fewer at a time, fewer such asks.
+PREFETCH_PARTITIONS = 16
 #: How long one consume() call waits; the read gives up after ``poll_timeout_s`` idle.
 _CONSUME_WAIT_S = 0.5
 
@@ -177,6 +181,16 @@ def _new_consumer(options: KafkaSourceOptions) -> Any:
         raise ConfigError(f"kafka.* options rejected by the Kafka client: {error}") from None
 
 
+def prefetch_groups(ranges: Sequence[OffsetRange]) -> list[Sequence[OffsetRange]]:
+    """``ranges`` in as few assignments of at most ``PREFETCH_PARTITIONS`` as there can
+    be, of even sizes (20 ranges: 10 and 10, not 16 and 4)."""
+    rounds = -(-len(ranges) // PREFETCH_PARTITIONS)
+    if rounds <= 1:
+        return [ranges]
+    size = -(-len(ranges) // rounds)
+    return [ranges[i : i + size] for i in range(0, len(ranges), size)]
+
+
 class RangeReader:
     """Reads ranges one after another with one consumer (created at the first range
     that has records), each range re-assigning it: a task reading many small ranges
@@ -196,14 +210,17 @@ class RangeReader:
         self._fetched: dict[OffsetRange, list[Any]] = {}
 
     def prefetch(self, ranges: Sequence[OffsetRange]) -> int:
-        """Fetch the small ones of ``ranges`` with one assignment; how many were."""
+        """Fetch the small ones of ``ranges`` with one assignment per
+        ``PREFETCH_PARTITIONS`` of them; how many were."""
         picked = small_ranges(ranges)
         if len(picked) < 2:
             return 0
         self._open()
         for r in picked:
             self._know(r.topic)
-        fetched = fetch_together(self._consumer, picked, self.options.poll_timeout_s)
+        fetched: dict[tuple[str, int], list[Any]] = {}
+        for group in prefetch_groups(picked):
+            fetched.update(fetch_together(self._consumer, group, self.options.poll_timeout_s))
         for r in picked:
             messages = fetched.get((r.topic, r.partition))
             if messages is not None:

@@ -21,3 +21,16 @@ def test_small_distinct_ranges_within_the_budget_smallest_first(monkeypatch) -> 
     picked = prefetch.small_ranges(ranges)
     assert picked == [ranges[1], ranges[6], ranges[0]]
     assert sum(r.size for r in picked) <= 25
+
+
+def test_prefetch_groups_are_few_and_even(monkeypatch) -> None:
+    from calving.ingest.kafka import range_reader
+
+    monkeypatch.setattr(range_reader, "PREFETCH_PARTITIONS", 16)
+    ranges = [OffsetRange(f"t{i}", 0, 0, 1) for i in range(20)]
+    groups = range_reader.prefetch_groups(ranges)
+    assert [len(g) for g in groups] == [10, 10]
+    assert [r for g in groups for r in g] == ranges
+    assert [len(g) for g in range_reader.prefetch_groups(ranges[:16])] == [16]
+    assert [len(g) for g in range_reader.prefetch_groups(ranges * 25)] == [16] * 31 + [4]
+    assert range_reader.prefetch_groups([]) == [[]]

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import pyarrow as pa
 import pytest
 
+from calving.ingest.kafka import range_reader
 from calving.ingest.kafka.broker import EmbeddedBroker
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
@@ -173,16 +174,23 @@ def test_a_topic_created_after_the_first_read_is_read_on_the_same_consumer(
     assert later.column("value").to_pylist() == [b"c0", b"c1", b"c2"]
 
 
+@pytest.mark.parametrize("per_assignment", [16, 4])
 def test_small_ranges_are_fetched_together_and_read_as_alone(
-    broker: EmbeddedBroker, make_topic: Callable[..., str]
+    broker: EmbeddedBroker,
+    make_topic: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+    per_assignment: int,
 ) -> None:
     """``RangeReader.prefetch`` (a many-table task's quiet tables): small ranges of
-    several topics and partitions fetched with one assignment read exactly as each range
-    read alone: records past a range's end left out, a range ending in a transaction
-    marker's gap, a range from the middle. A range starting in such a gap is given up, and
-    a big range, a partition planned twice and an empty range are left to the per-range
-    reads, which still work after the prefetch (partitions it paused are resumed)."""
+    several topics and partitions fetched with one assignment (or, at 4 partitions an
+    assignment, four in turn) read exactly as each range read alone: records past a
+    range's end left out, a range ending in a transaction marker's gap, a range from the
+    middle. A range starting in such a gap is given up, and a big range, a partition
+    planned twice and an empty range are left to the per-range reads, which still work
+    after the prefetch (partitions it paused are resumed)."""
     from confluent_kafka import Producer
+
+    monkeypatch.setattr(range_reader, "PREFETCH_PARTITIONS", per_assignment)
 
     topics = [make_topic(partitions=2) for _ in range(6)]
     for n, topic in enumerate(topics):

@@ -102,7 +102,8 @@ def _start(root: Path, scan: bool) -> float:
     if scan:
         found = [read_ledger(t.metadata, WRITER) for t in start.every_table(catalog, catalog.io)]
     else:
-        found = start.ledgers(WriterRegistry(catalog, WRITER), catalog.io)
+        registry = WriterRegistry(catalog, WRITER)
+        found = [read_ledger(t.metadata, WRITER) for t in registry.tables(catalog.io)]
     took = time.perf_counter() - started
     catalog.close()
     assert sum(1 for ledger in found if ledger) == OWN, "every own table's ledger is read"

@@ -85,18 +85,33 @@ def fetch_together(
     """The records of ``ranges`` (distinct topic-partitions), fetched on ``consumer`` with
     one assignment, for each range read to its end; a range given up is missing. Stops
     (keeping what is whole) after ``idle_s`` without a record."""
-    from confluent_kafka import TopicPartition
+    return FetchGroup(consumer, ranges).collect(idle_s)
 
-    pending = {(r.topic, r.partition): _Pending(r) for r in ranges}
-    done: dict[Key, list[Any]] = {}
-    paused: list[Any] = []
-    consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
-    try:
-        _fetch(consumer, pending, done, paused, idle_s)
-    finally:
-        if paused:  # a partition stays paused through later assignments: resume it
-            consumer.resume(paused)
-    return done
+
+class FetchGroup:
+    """``fetch_together`` in two steps: ``FetchGroup(consumer, ranges)`` assigns the
+    ranges, and the client starts fetching them in its own threads; ``collect`` then
+    takes their records. In between the caller may do other work (decode what an
+    earlier group fetched) as long as it leaves ``consumer`` alone."""
+
+    def __init__(self, consumer: Any, ranges: Sequence[OffsetRange]) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.consumer = consumer
+        self.ranges = list(ranges)
+        consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
+
+    def collect(self, idle_s: float) -> dict[Key, list[Any]]:
+        """The records of every range read to its end (see ``fetch_together``)."""
+        pending = {(r.topic, r.partition): _Pending(r) for r in self.ranges}
+        done: dict[Key, list[Any]] = {}
+        paused: list[Any] = []
+        try:
+            _fetch(self.consumer, pending, done, paused, idle_s)
+        finally:
+            if paused:  # a partition stays paused through later assignments: resume it
+                self.consumer.resume(paused)
+        return done
 
 
 def _fetch(

@@ -15,6 +15,7 @@ import logging
 import os
 import time
 import uuid
+from collections import deque
 from collections.abc import Iterator, Sequence
 from typing import Any, Self
 
@@ -24,7 +25,7 @@ from calving.commit.errors import Terminal, Transient
 from calving.ingest.kafka.client_log import with_client_log
 from calving.ingest.kafka.offsets import KafkaDataLossError, OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
-from calving.ingest.kafka.prefetch import fetch_together, small_ranges
+from calving.ingest.kafka.prefetch import FetchGroup, small_ranges
 
 _log = logging.getLogger("calving.ingest.kafka")
 
@@ -194,11 +195,12 @@ def prefetch_groups(ranges: Sequence[OffsetRange]) -> list[Sequence[OffsetRange]
 class RangeReader:
     """Reads ranges one after another with one consumer (created at the first range
     that has records), each range re-assigning it: a task reading many small ranges
-    opens one connection instead of one per range. ``prefetch`` first fetches the
-    small ranges of a task together (``calving.ingest.kafka.prefetch``); ``read`` then
-    serves them from memory. ``close()`` when done: the consumer, unassigned, is kept
-    for the next reader of the process with the same client settings (a Spark Python
-    worker runs one task at a time and is reused), unless the reader failed."""
+    opens one connection instead of one per range. ``prefetch`` (or ``fetch_ahead``)
+    first fetches the small ranges of a task together (``calving.ingest.kafka.prefetch``);
+    ``read`` then serves them from memory. ``close()`` when done: the consumer,
+    unassigned, is kept for the next reader of the process with the same client
+    settings (a Spark Python worker runs one task at a time and is reused), unless the
+    reader failed."""
 
     def __init__(self, options: KafkaSourceOptions) -> None:
         self.options = options
@@ -206,35 +208,68 @@ class RangeReader:
         self._consumer: Any = None
         #: Topics whose metadata the consumer holds (None: not asked yet).
         self._known: set[str] | None = None
-        #: Ranges fetched whole by ``prefetch``, not read yet: their records.
+        #: Ranges fetched whole by a prefetch, not read yet: their records.
         self._fetched: dict[OffsetRange, list[Any]] = {}
+        #: The prefetch's assignments not made yet, the one being fetched, and the
+        #: ranges of both.
+        self._groups: deque[Sequence[OffsetRange]] = deque()
+        self._current: FetchGroup | None = None
+        self._waiting: set[OffsetRange] = set()
 
     def prefetch(self, ranges: Sequence[OffsetRange]) -> int:
-        """Fetch the small ones of ``ranges`` with one assignment per
-        ``PREFETCH_PARTITIONS`` of them; how many were."""
+        """Fetch the small ones of ``ranges`` now, with one assignment per
+        ``PREFETCH_PARTITIONS`` of them; how many were fetched whole."""
+        before = len(self._fetched)
+        self.fetch_ahead(ranges)
+        self._collect_through(None)
+        return len(self._fetched) - before
+
+    def fetch_ahead(self, ranges: Sequence[OffsetRange]) -> list[OffsetRange]:
+        """Plan the small ones of ``ranges`` to be fetched together, ``PREFETCH_PARTITIONS``
+        at a time: the first assignment is made at once, and each next one as soon as
+        the one before is collected, so its records arrive while the caller decodes the
+        earlier ones. Returns those ranges in the order they are fetched (reading them
+        in that order waits least). ``read`` of one collects its assignment and the
+        ones before it; ``read`` of any other range collects them all first."""
+        self._collect_through(None)
         picked = small_ranges(ranges)
         if len(picked) < 2:
-            return 0
+            return []
         self._open()
         for r in picked:
             self._know(r.topic)
-        fetched: dict[tuple[str, int], list[Any]] = {}
-        for group in prefetch_groups(picked):
-            fetched.update(fetch_together(self._consumer, group, self.options.poll_timeout_s))
-        for r in picked:
-            messages = fetched.get((r.topic, r.partition))
-            if messages is not None:
-                self._fetched[r] = messages
-        return len(fetched)
+        groups = prefetch_groups(picked)
+        self._groups.extend(groups)
+        self._waiting.update(picked)
+        self._start_next()
+        return [r for group in groups for r in group]
+
+    def _start_next(self) -> None:
+        self._current = FetchGroup(self._consumer, self._groups.popleft()) if self._groups else None
+
+    def _collect_through(self, wanted: OffsetRange | None) -> None:
+        """Collect the prefetch's assignments in turn until ``wanted`` is collected (None:
+        all of them); each next assignment is made before the records are handed on."""
+        while self._current is not None and (wanted is None or wanted in self._waiting):
+            group = self._current
+            fetched = group.collect(self.options.poll_timeout_s)
+            self._start_next()
+            for r in group.ranges:
+                self._waiting.discard(r)
+                messages = fetched.get((r.topic, r.partition))
+                if messages is not None:
+                    self._fetched[r] = messages
 
     def read(self, offset_range: OffsetRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-        """Like ``read_range``, on the shared consumer (or from what ``prefetch`` got)."""
+        """Like ``read_range``, on the shared consumer (or from what a prefetch got)."""
         if offset_range.size <= 0:
             return
+        self._collect_through(offset_range)
         messages = self._fetched.pop(offset_range, None)
         if messages is not None:
             yield from _fetched_batches(offset_range, messages, schema, self.options)
             return
+        self._collect_through(None)  # the consumer reads this range on its own
         self._open()
         self._know(offset_range.topic)
         yield from _RangeRead(
@@ -273,6 +308,9 @@ class RangeReader:
         from confluent_kafka import KafkaException
 
         self._fetched.clear()
+        self._groups.clear()
+        self._waiting.clear()
+        self._current = None
         consumer, known = self._consumer, self._known
         self._consumer, self._known = None, None
         if consumer is None:

@@ -18,7 +18,7 @@ the dead-letter destination instead. Messages come back tagged with the table's 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,9 +166,12 @@ def many_tables_task(
             # one consumer for all the task's ranges; the files fsynced together at the end
             with RangeReader(options) as shared, synced_together():
                 reader = shared if reuse_consumer else None
-                if reader is not None:  # quiet tables' few records: one fetch for all
-                    reader.prefetch([r for ranges in spans.values() for r in ranges])
-                for topic, ranges in spans.items():
+                order = list(spans)
+                if reader is not None:  # quiet tables' few records: fetched together
+                    ahead = reader.fetch_ahead([r for ranges in spans.values() for r in ranges])
+                    order = fetch_order(order, ahead)
+                for topic in order:
+                    ranges = spans[topic]
                     plan = plans[topic]
                     messages = table_messages(plan, options, ranges, reader)
                     by_table.setdefault(plan.table, []).extend(messages)
@@ -184,6 +187,16 @@ def many_tables_task(
         yield sink.getvalue().to_pybytes()
 
     return run
+
+
+def fetch_order(topics: Sequence[str], ahead: Sequence[OffsetRange]) -> list[str]:
+    """``topics`` in the order their ranges are fetched ahead (``RangeReader.fetch_ahead``),
+    the ones read on their own last: each table is written as soon as its records are
+    in, while the next assignment's records arrive."""
+    first: dict[str, int] = {}
+    for n, r in enumerate(ahead):
+        first.setdefault(r.topic, n)
+    return sorted(topics, key=lambda t: first.get(t, len(ahead)))
 
 
 def decode_task_output(blobs: Iterable[bytes]) -> pa.Table:

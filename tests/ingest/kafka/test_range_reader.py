@@ -237,6 +237,44 @@ def test_small_ranges_are_fetched_together_and_read_as_alone(
         assert not reader._fetched  # every fetched range was handed out once
 
 
+def test_fetch_ahead_assigns_the_next_group_as_soon_as_one_is_collected(
+    broker: EmbeddedBroker, make_topic: Callable[..., str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``RangeReader.fetch_ahead`` (a many-table task): the small ranges in groups of
+    ``PREFETCH_PARTITIONS``, the first assigned at once and each next one as soon as the
+    one before is collected, so the client fetches it while the task writes the tables
+    already read. Read in the order it returns, with a big range read alone in the
+    middle (which collects every group left first), each range reads as alone."""
+    monkeypatch.setattr(range_reader, "PREFETCH_PARTITIONS", 4)
+    topics = [make_topic(partitions=2) for _ in range(6)]
+    for n, topic in enumerate(topics):
+        for partition in (0, 1):
+            produce(broker.bootstrap_servers, topic,
+                    [(partition, None, f"{n}/{partition}/{i}".encode(), None) for i in range(8)])  # fmt: skip
+    big = make_topic()
+    produce(broker.bootstrap_servers, big, [(0, None, f"big{i}".encode(), None) for i in range(6_000)])  # fmt: skip
+    small = [OffsetRange(t, p, 1, 7) for t in topics for p in (0, 1)]
+    schema = kafka_arrow_schema(False)
+
+    def assigned(reader: RangeReader) -> set[tuple[str, int]]:
+        return {(tp.topic, tp.partition) for tp in reader._consumer.assignment()}
+
+    with RangeReader(options(broker)) as reader:
+        order = reader.fetch_ahead([OffsetRange(big, 0, 0, 6_000), *small])
+        assert set(order) == set(small) and len(order) == len(small)
+        groups = [order[i : i + 4] for i in range(0, 12, 4)]
+        assert assigned(reader) == {(r.topic, r.partition) for r in groups[0]}
+        assert not reader._fetched  # nothing collected yet
+        reads = [*order[:5], OffsetRange(big, 0, 0, 6_000), *order[5:]]
+        for n, r in enumerate(reads):
+            table = pa.Table.from_batches(list(reader.read(r, schema)), schema)
+            assert table.equals(read(options(broker), r)), r
+            if n == 0:  # the first group collected: the second one is being fetched
+                assert assigned(reader) == {(r.topic, r.partition) for r in groups[1]}
+                assert set(reader._fetched) == set(groups[0][1:])
+        assert not reader._fetched and not reader._waiting
+
+
 def test_a_prefetch_on_a_frozen_broker_leaves_the_error_to_the_range_read(
     broker: EmbeddedBroker, make_topic: Callable[..., str]
 ) -> None:

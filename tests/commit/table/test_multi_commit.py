@@ -111,6 +111,48 @@ def test_a_table_that_moved_is_rebuilt_alone_and_all_land_once(catalog):
     assert lines == rows_as_tuples([row(777)] + [row(10 + 1000 + i) for i in range(3)])
 
 
+def test_the_swaps_run_as_one_executemany_and_a_moved_table_is_still_named(catalog):
+    """The tables' check-and-puts go to the database as one ``executemany``; when one of
+    them matches no row, the one-by-one run finds and names it (the test above: it is
+    rebuilt alone)."""
+    import sqlalchemy as sa
+
+    updates: list[bool] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany) -> None:
+        if statement.lstrip().upper().startswith("UPDATE"):
+            updates.append(executemany)
+
+    engine = catalog.engine
+    sa.event.listen(engine, "before_cursor_execute", seen)
+    tables = _tables(catalog)
+    try:
+        outcomes = commit_tables(catalog, catalog.io, _appends(tables, 1))
+        assert all(isinstance(o, Committed) for o in outcomes.values())
+        assert updates == [True]
+        updates.clear()
+
+        def hook(stage, ident):  # another writer moves "customers" just before our swap
+            if stage == "before" and ident[-1] == "customers":
+                catalog.swap_hook = None
+                other = Table.load(catalog, ident)
+                files = tuple(f for f, _ in write_partitioned(other, [row(555)]))
+                assert isinstance(other.commit(FastAppend(files)), Committed)
+                updates.clear()
+
+        catalog.swap_hook = hook
+        outcomes = commit_tables(catalog, catalog.io, _appends(tables, 2))
+    finally:
+        catalog.swap_hook = None
+        sa.event.remove(engine, "before_cursor_execute", seen)
+    assert all(isinstance(o, Committed) for o in outcomes.values())
+    assert {ident[-1]: o.attempts for ident, o in outcomes.items()}["customers"] == 2
+    assert _snapshots(tables) == [2, 2, 3]
+    # the executemany (a row missing), one by one up to "customers" (rolled back), then
+    # all three again, "customers" rebuilt on the other writer's snapshot
+    assert updates == [True, False, False, False, True], updates
+
+
 def test_a_table_that_cannot_apply_leaves_every_table_unchanged(catalog):
     tables = _tables(catalog)
     claim = LedgerClaim("w", {("t", 0): OffsetRange(0, 5)})

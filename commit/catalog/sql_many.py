@@ -5,8 +5,9 @@ Every new metadata file is written first (``FileIO.write_many``); then one trans
 runs each table's ``UPDATE ... WHERE metadata_location = :expected``, all in one
 ``executemany`` where the driver counts its rows (SQLite, psycopg). Each must change
 exactly one row, or the transaction rolls back and ``TableMovedError`` names the table
-(found by running them again one by one; nothing committed; the new files are deleted). A failure of the COMMIT itself is
-``CommitStateUnknownError`` and the files stay: only reading the tables back can tell.
+(found by running them again one by one; nothing committed; the new files are
+deleted). A failure of the COMMIT itself is ``CommitStateUnknownError`` and the files
+stay: only reading the tables back can tell.
 """
 
 from __future__ import annotations
@@ -112,10 +113,9 @@ def swap_rows(catalog: SqlCatalog, swaps: Sequence[TableSwap]) -> None:
 def _swap_all(catalog: SqlCatalog, conn: sa.Connection, swaps: Sequence[TableSwap]) -> bool | None:
     """Every swap's check-and-put in one ``executemany`` (500 swaps here: 22 ms against
     148 ms one by one on PostgreSQL, a round trip each, and 10 against 19 ms on
-    SQLite): True when each changed its row; False when
-    some did not (the caller rolls back and runs them one by one to find which); None,
-    with nothing run, for a single swap or a driver that cannot count the rows of an
-    ``executemany``."""
+    SQLite): True when each changed its row; False when some did not (the caller rolls
+    back and runs them one by one to find which); None, with nothing run, for a single
+    swap or a driver that cannot count the rows of an ``executemany``."""
     if len(swaps) < 2 or not conn.dialect.supports_sane_multi_rowcount:
         return None
     params = [_params(catalog, s) for s in swaps]

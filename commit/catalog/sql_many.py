@@ -119,7 +119,7 @@ def _swap_all(catalog: SqlCatalog, conn: sa.Connection, swaps: Sequence[TableSwa
     if len(swaps) < 2 or not conn.dialect.supports_sane_multi_rowcount:
         return None
     params = [_params(catalog, s) for s in swaps]
-    return bool(conn.execute(catalog._swap_statement, params).rowcount == len(swaps))
+    return conn.execute(catalog._swap_statement, params).rowcount == len(swaps)
 
 
 def _params(catalog: SqlCatalog, s: TableSwap) -> dict[str, str]:

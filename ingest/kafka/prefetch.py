@@ -79,20 +79,12 @@ class _Pending:
         return self.next_offset >= self.span.end
 
 
-def fetch_together(
-    consumer: Any, ranges: Sequence[OffsetRange], idle_s: float
-) -> dict[Key, list[Any]]:
-    """The records of ``ranges`` (distinct topic-partitions), fetched on ``consumer`` with
-    one assignment, for each range read to its end; a range given up is missing. Stops
-    (keeping what is whole) after ``idle_s`` without a record."""
-    return FetchGroup(consumer, ranges).collect(idle_s)
-
-
 class FetchGroup:
-    """``fetch_together`` in two steps: ``FetchGroup(consumer, ranges)`` assigns the
-    ranges, and the client starts fetching them in its own threads; ``collect`` then
-    takes their records. In between the caller may do other work (decode what an
-    earlier group fetched) as long as it leaves ``consumer`` alone."""
+    """Ranges of distinct topic-partitions fetched with one assignment, in two steps:
+    ``FetchGroup(consumer, ranges)`` assigns them, and the client starts fetching in
+    its own threads; ``collect`` then takes their records. In between the caller may
+    do other work (decode what an earlier group fetched) as long as it leaves
+    ``consumer`` alone."""
 
     def __init__(self, consumer: Any, ranges: Sequence[OffsetRange]) -> None:
         from confluent_kafka import TopicPartition
@@ -102,7 +94,8 @@ class FetchGroup:
         consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
 
     def collect(self, idle_s: float) -> dict[Key, list[Any]]:
-        """The records of every range read to its end (see ``fetch_together``)."""
+        """The records of each range read to its end; a range given up is missing.
+        Stops (keeping what is whole) after ``idle_s`` without a record."""
         pending = {(r.topic, r.partition): _Pending(r) for r in self.ranges}
         done: dict[Key, list[Any]] = {}
         paused: list[Any] = []

@@ -233,6 +233,14 @@ class Catalog(abc.ABC):
         ``metadata`` (the new metadata) supplies the table location and
         ``write.metadata.path`` where a catalog honours them."""
 
+    def metadata_codec(self, metadata: TableMetadata) -> str:
+        """How the commit writing ``metadata`` encodes its file: the table's
+        ``write.metadata.compression-codec`` (``none`` or ``gzip``), unless the catalog
+        names its files so that one encoding must hold (it then says so)."""
+        from calving.commit.spec.properties import TableProperties
+
+        return TableProperties(metadata.properties).metadata_compression_codec
+
     @abc.abstractmethod
     def commit_metadata(
         self, ident: TableIdent, expected: str, new_location: str, metadata: bytes

@@ -308,6 +308,12 @@ class FilesystemCatalog(Catalog):
 
     # ------------------------------------------------------------ commits
 
+    def metadata_codec(self, metadata: TableMetadata) -> str:
+        """Always ``none``: a commit is the exclusive create of ``v<N+1>.metadata.json``,
+        one name per version, so a table's files are never ``.gz.metadata.json`` here
+        (``write.metadata.compression-codec`` is not followed)."""
+        return "none"
+
     def new_metadata_location(
         self, ident: TableIdent, current: str, metadata: TableMetadata | None = None
     ) -> str:

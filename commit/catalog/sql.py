@@ -78,6 +78,7 @@ from calving.commit.errors import (
     TableAlreadyExistsError,
 )
 from calving.commit.io import FileIO, to_uri
+from calving.commit.spec.metadata_gzip import FILE_SUFFIXES
 from calving.commit.spec.properties import TableProperties
 
 if TYPE_CHECKING:
@@ -524,16 +525,19 @@ class SqlCatalog(Catalog):
         self, ident: TableIdent, current: str, metadata: TableMetadata | None = None
     ) -> str:
         """``<metadata dir>/<5-digit version>-<uuid>.metadata.json``: the version after
-        ``current``'s (Iceberg's naming), made unique by the UUID."""
+        ``current``'s (Iceberg's naming), made unique by the UUID; ``.gz.metadata.json``
+        when ``metadata`` is written gzip-compressed (``metadata_codec``)."""
         directory = None
+        suffix = FILE_SUFFIXES["none"]
         if metadata is not None:
             directory = TableProperties(metadata.properties).write_metadata_path or (
                 metadata.location.rstrip("/") + "/metadata"
             )
+            suffix = FILE_SUFFIXES[self.metadata_codec(metadata)]
         if directory is None:
             directory = table_location_of(current) + "/metadata"
         version = max(parse_metadata_version(current), -1) + 1
-        return f"{directory.rstrip('/')}/{version:05d}-{uuid.uuid4()}.metadata.json"
+        return f"{directory.rstrip('/')}/{version:05d}-{uuid.uuid4()}{suffix}"
 
     def commit_metadata(
         self, ident: TableIdent, expected: str, new_location: str, metadata: bytes

@@ -31,6 +31,9 @@ MAX_TABLES = 256
 #: Entries per segment: a commit copies at most this many entries' text.
 SEGMENT_ENTRIES = 64
 
+#: A piece of a list's text and whether it is settled (``ListTexts.parts``).
+Part = tuple[bytes, bool]
+
 
 @dataclass(frozen=True)
 class _Segment:
@@ -133,6 +136,15 @@ class ListTexts:
     ) -> list[bytes]:
         """The UTF-8 of ``"[" + ",".join(encode(i) for i in items) + "]"`` in pieces
         to join, from the table's last list of this name where the two share entries."""
+        return [piece for piece, _ in self.parts(table, name, items, encode)]
+
+    def parts(
+        self, table: str, name: str, items: Sequence[Any], encode: Callable[[Any], str]
+    ) -> list[Part]:
+        """``pieces``, each with whether it is *settled*: a segment that later lists of
+        this table keep as the same bytes object while they hold its entries (every
+        segment but a last one that is not full, which the next entry replaces). What
+        is made from a settled piece (its compressed form) can be kept with it."""
         key = (table, name)
         encoded = list_text(self._last.get(key), items, encode)
         self._last[key] = encoded
@@ -142,12 +154,13 @@ class ListTexts:
                 self._last.popitem(last=False)
         except KeyError:  # another thread dropped the key or emptied the cache meanwhile
             pass
-        out = [b"["]
+        out: list[Part] = [(b"[", False)]
+        last = len(encoded.segments) - 1
         for i, segment in enumerate(encoded.segments):
             if i:
-                out.append(b",")
-            out.append(segment.data)
-        out.append(b"]")
+                out.append((b",", False))
+            out.append((segment.data, i < last or len(segment.starts) == SEGMENT_ENTRIES))
+        out.append((b"]", False))
         return out
 
     def clear(self) -> None:

@@ -8,13 +8,15 @@ does not model are kept in ``extra`` and written back unchanged.
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from calving.commit.errors import CorruptFileError, SchemaError, UnsupportedFeatureError
-from calving.commit.spec.list_text import LIST_TEXTS
+from calving.commit.spec.list_text import LIST_TEXTS, Part
 from calving.commit.spec.partition import PartitionSpec
 from calving.commit.spec.schema import Schema
 from calving.commit.spec.snapshot import (
@@ -27,6 +29,9 @@ from calving.commit.spec.sort_order import SortOrder
 from calving.commit.spec.statistics import StatisticsFile, statistics_from_json
 
 MAIN_BRANCH = "main"
+
+#: The first bytes of a gzip stream (RFC 1952).
+GZIP_MAGIC = b"\x1f\x8b"
 
 _KNOWN_KEYS = frozenset(
     {
@@ -196,24 +201,31 @@ def _dumps(value: Any) -> str:
 
 
 def serialize_metadata(m: TableMetadata) -> bytes:
-    """``metadata_to_json`` as compact JSON, the same bytes as ``json.dumps`` of it.
+    """``metadata_to_json`` as compact JSON, the same bytes as ``json.dumps`` of it: the
+    pieces of ``metadata_parts`` joined once."""
+    return b"".join(piece for piece, _ in metadata_parts(m))
+
+
+def metadata_parts(m: TableMetadata) -> list[Part]:
+    """The compact JSON of ``metadata_to_json`` in pieces, each with whether it is a
+    settled segment of a history list (``ListTexts.parts``).
 
     Written key by key so that the lists growing with history splice in cheaply: the
     text of ``snapshots``, ``snapshot-log`` and ``metadata-log`` is kept per table with
     the entry objects it was made from (``calving.commit.spec.list_text``), and the next
-    metadata, which reuses those objects, encodes only its new entries; the pieces are
-    joined once. Every commit rewrites the whole history, so this keeps its encoding
-    cost from growing with the snapshots (the bytes written still do)."""
-    pieces = [b"{"]
+    metadata, which reuses those objects, encodes only its new entries. Every commit
+    rewrites the whole history, so this keeps its encoding cost from growing with the
+    snapshots (the bytes, unless compressed by ``metadata_gzip``, still do)."""
+    parts: list[Part] = [(b"{", False)]
     for i, (key, value) in enumerate(metadata_to_json(m, histories=False).items()):
-        pieces.append(f"{',' if i else ''}{_dumps(key)}:".encode())
+        parts.append((f"{',' if i else ''}{_dumps(key)}:".encode(), False))
         if key in _HISTORY_LISTS:
             items, encode = _HISTORY_LISTS[key](m)
-            pieces.extend(LIST_TEXTS.pieces(m.table_uuid, key, items, encode))
+            parts.extend(LIST_TEXTS.parts(m.table_uuid, key, items, encode))
         else:
-            pieces.append(_dumps(value).encode("utf-8"))
-    pieces.append(b"}")
-    return b"".join(pieces)
+            parts.append((_dumps(value).encode("utf-8"), False))
+    parts.append((b"}", False))
+    return parts
 
 
 def task_metadata_json(m: TableMetadata) -> bytes:
@@ -239,7 +251,20 @@ _HISTORY_LISTS: dict[str, Callable[[TableMetadata], tuple[Sequence[Any], Callabl
 # ---------------------------------------------------------------- reading
 
 
+def metadata_json(data: bytes, source: str) -> bytes:
+    """The JSON of a metadata file's bytes: gzip-compressed files (Iceberg's
+    ``write.metadata.compression-codec = gzip``, ``*.gz.metadata.json``) are known by
+    their magic bytes, as no JSON text starts with them."""
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise CorruptFileError(source, f"gzip table metadata does not decompress: {exc}") from None
+
+
 def parse_metadata(data: bytes, source: str) -> TableMetadata:
+    data = metadata_json(data, source)
     try:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -122,6 +122,11 @@ MANIFEST_MIN_COUNT_TO_MERGE = IntProperty("commit.manifest.min-count-to-merge", 
 MANIFEST_TARGET_SIZE_BYTES = IntProperty("commit.manifest.target-size-bytes", 8 * 1024 * 1024, 1024)
 TARGET_FILE_SIZE_BYTES = IntProperty("write.target-file-size-bytes", 512 * 1024 * 1024, 1024)
 PREVIOUS_VERSIONS_MAX = IntProperty("write.metadata.previous-versions-max", 100, 0)
+#: How metadata files are written: ``none`` (plain JSON, Iceberg's default) or ``gzip``
+#: (``*.gz.metadata.json``); calving creates its tables with ``gzip``.
+METADATA_COMPRESSION_CODEC = ChoiceProperty(
+    "write.metadata.compression-codec", "none", ("none", "gzip")
+)
 DV_BLOBS_PER_PUFFIN = IntProperty("calving.dv.blobs-per-puffin", 1, 1, 1_000_000)
 WRITE_DATA_PATH = PathProperty("write.data.path")
 WRITE_METADATA_PATH = PathProperty("write.metadata.path")
@@ -180,6 +185,7 @@ KNOWN: dict[str, Property] = {
         MANIFEST_TARGET_SIZE_BYTES,
         TARGET_FILE_SIZE_BYTES,
         PREVIOUS_VERSIONS_MAX,
+        METADATA_COMPRESSION_CODEC,
         DV_BLOBS_PER_PUFFIN,
         WRITE_DATA_PATH,
         WRITE_METADATA_PATH,
@@ -224,6 +230,10 @@ class TableProperties:
         raw = self._raw.get(prop.name)
         return None if raw is None else prop.parse(raw)
 
+    def _choice(self, prop: ChoiceProperty) -> str:
+        raw = self._raw.get(prop.name)
+        return prop.default if raw is None else prop.parse(raw)
+
     @property
     def commit_num_retries(self) -> int:
         return self._int(COMMIT_NUM_RETRIES)
@@ -261,6 +271,10 @@ class TableProperties:
         return self._int(PREVIOUS_VERSIONS_MAX)
 
     @property
+    def metadata_compression_codec(self) -> str:
+        return self._choice(METADATA_COMPRESSION_CODEC)
+
+    @property
     def dv_blobs_per_puffin(self) -> int:
         return self._int(DV_BLOBS_PER_PUFFIN)
 
@@ -291,8 +305,7 @@ class TableProperties:
 
     @property
     def index_mode(self) -> str:
-        raw = self._raw.get(INDEX_MODE.name)
-        return INDEX_MODE.default if raw is None else INDEX_MODE.parse(raw)
+        return self._choice(INDEX_MODE)
 
     @property
     def index_sharded_rows(self) -> int:
@@ -313,5 +326,4 @@ class TableProperties:
     @property
     def debezium_json_type(self) -> str:
         """The Iceberg type of Debezium Json columns (``string``)."""
-        raw = self._raw.get(DEBEZIUM_JSON_TYPE.name)
-        return DEBEZIUM_JSON_TYPE.default if raw is None else DEBEZIUM_JSON_TYPE.parse(raw)
+        return self._choice(DEBEZIUM_JSON_TYPE)

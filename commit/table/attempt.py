@@ -53,7 +53,8 @@ from calving.commit.errors import (
     TableIdentityChangedError,
 )
 from calving.commit.io import FileIO
-from calving.commit.spec.metadata import TableMetadata, serialize_metadata
+from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.metadata_gzip import metadata_file_bytes
 from calving.commit.spec.updates import AssertTableUUID, TableUpdate, apply_updates
 from calving.commit.table.action import Action, MetadataUpdates, Plan
 from calving.commit.table.changes import SnapshotChanges
@@ -190,7 +191,7 @@ class Attempt:
         metadata = apply_updates(
             base.metadata, updates, base_location=base.location, now_ms=int(time.time() * 1000)
         )
-        payload = serialize_metadata(metadata)
+        payload = metadata_file_bytes(metadata, self.catalog.metadata_codec(metadata))
         location = self.catalog.new_metadata_location(self.ident, base.location, metadata)
         return Staged(base, metadata, location, payload, tuple(self.files), removed)
 

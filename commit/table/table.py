@@ -27,6 +27,9 @@ from calving.commit.table.outcomes import done_or_raise
 DEFAULT_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
     "write.metadata.previous-versions-max": "100",
+    # Each commit writes the whole metadata, history included: gzip, assembled from
+    # pieces compressed once (spec.metadata_gzip), keeps that write small and flat.
+    "write.metadata.compression-codec": "gzip",
 }
 
 

@@ -51,7 +51,7 @@ from calving.commit.spec.updates import (
     UpgradeFormatVersion,
 )
 from calving.ingest.serve.apply import apply_changes, empty_metadata
-from calving.ingest.serve.documents import metadata_bytes, read_metadata
+from calving.ingest.serve.documents import metadata_bytes, metadata_file, read_metadata
 from calving.ingest.serve.errors import RestError, bad_request, commit_failed, unprocessable
 
 log = logging.getLogger(__name__)
@@ -87,7 +87,8 @@ class Prepared:
     expected: str | None  # None: the table is created
     new_location: str
     metadata: TableMetadata
-    data: bytes
+    data: bytes  # the metadata's JSON (the answer's ``metadata``)
+    file_data: bytes  # the metadata file: ``data``, or gzip as the table asks
 
 
 class CatalogService:
@@ -306,15 +307,17 @@ class CatalogService:
         new = apply_changes(base, updates, base_location=expected, now_ms=self._now_ms())
         self.confine(base, new)
         if expected is None:
-            new_location = ""
+            new_location, codec = "", "none"  # a new table's first file: plain
         else:
             new_location = self.catalog.new_metadata_location(ident, expected, new)
-        return Prepared(ident, expected, new_location, new, metadata_bytes(new))
+            codec = self.catalog.metadata_codec(new)
+        data = metadata_bytes(new)
+        return Prepared(ident, expected, new_location, new, data, metadata_file(new, data, codec))
 
     def _swap_in(self, p: Prepared) -> str:
         if p.expected is None:
-            return self.catalog.create_table(p.ident, p.metadata.location, p.data)
-        self.catalog.commit_metadata(p.ident, p.expected, p.new_location, p.data)
+            return self.catalog.create_table(p.ident, p.metadata.location, p.file_data)
+        self.catalog.commit_metadata(p.ident, p.expected, p.new_location, p.file_data)
         return p.new_location
 
     def _now_ms(self) -> int:

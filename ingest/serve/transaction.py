@@ -41,7 +41,7 @@ def commit_transaction(service: CatalogService, body: Any) -> None:
 def table_swap(p: Prepared) -> TableSwap:
     if p.expected is None:
         raise bad_request(f"{ident_name(p.ident)}: cannot create in a transaction")
-    return TableSwap(p.ident, p.expected, p.new_location, p.data)
+    return TableSwap(p.ident, p.expected, p.new_location, p.file_data)
 
 
 def _table_changes(body: Any) -> list[tuple[tuple[str, ...], Mapping[str, Any]]]:

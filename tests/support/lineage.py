@@ -25,6 +25,7 @@ and the portable Roaring layout. The rules it applies are the spec's:
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
 import zlib
@@ -60,7 +61,11 @@ def _avro(location: str) -> list[dict[str, Any]]:
 
 
 def read_metadata(metadata_location: str) -> dict[str, Any]:
-    with open(_local(metadata_location), encoding="utf-8") as f:
+    """The metadata file's JSON; gzip when its name says so (``*.gz.metadata.json``, as
+    Iceberg Java and pyiceberg tell it)."""
+    path = _local(metadata_location)
+    opener = gzip.open if path.endswith(".gz.metadata.json") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         return json.load(f)
 
 

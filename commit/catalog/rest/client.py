@@ -309,6 +309,11 @@ class RestCatalog(Catalog):
             self.load_metadata_location(ident)
         return location
 
+    def metadata_codec(self, metadata: TableMetadata) -> str:
+        """``none``: the server writes the metadata file (in its own encoding); the
+        payload here only carries the changes to send."""
+        return "none"
+
     def new_metadata_location(
         self, ident: TableIdent, current: str, metadata: TableMetadata | None = None
     ) -> str:

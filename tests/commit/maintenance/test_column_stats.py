@@ -13,7 +13,7 @@ import datasketches as ds
 import numpy as np
 import pyarrow as pa
 import pytest
-from pyiceberg.table.metadata import TableMetadataUtil
+from pyiceberg.table import StaticTable
 from pyiceberg.table.puffin import PuffinFile
 
 from calving.commit.maintenance.column_stats import collect_statistics
@@ -52,8 +52,7 @@ def _write(table: Table, name: str, ids: Sequence[int], rng: np.random.Generator
 def _published(table: Table) -> tuple[dict[int, ds.compact_theta_sketch], dict[int, int]]:
     """Sketches and ndv properties of the current snapshot's statistics file, read with
     pyiceberg (metadata + Puffin reader) and DataSketches."""
-    with open(table.metadata_location.removeprefix("file://"), encoding="utf-8") as f:
-        metadata = TableMetadataUtil.parse_raw(f.read())
+    metadata = StaticTable.from_metadata(table.metadata_location).metadata
     (stats,) = [s for s in metadata.statistics if s.snapshot_id == metadata.current_snapshot_id]
     data = table.io.read(stats.statistics_path)
     assert stats.file_size_in_bytes == len(data)

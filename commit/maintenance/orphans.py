@@ -65,7 +65,7 @@ def referenced_files(io: FileIO, metadata: TableMetadata, metadata_location: str
             out.add(extra)
     if index and index.endswith(MANIFEST_SUFFIX):
         out.update(_shard_files(io, index))
-    out.update(scan.files_reached(io, metadata, metadata.snapshots))
+    out.update(scan.history_files(io, metadata))
     return {canonical(loc) for loc in out}
 
 

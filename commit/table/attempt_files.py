@@ -51,7 +51,7 @@ class AttemptFiles:
         self._manifest_counter = 0
         self._pending: list[tuple[str, bytes]] = []
         self._manifests: list[str] = []  # this attempt's manifest locations, in order
-        self._metadata_dir = base.location.rstrip("/") + "/metadata"
+        self._metadata_dir = scan.manifests_directory(base.location)
         self._data_dir = TableProperties(base.properties).write_data_path or (
             base.location.rstrip("/") + "/data"
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import cast
 
@@ -75,6 +75,14 @@ class _Lru:
             gone = self._items.pop(key, None)
             if gone is not None:
                 self._weight -= self._weigh(gone)
+
+    def discard_where(self, drop: Callable[[str], bool]) -> None:
+        """Drop every key ``drop`` says (outside the lock: a string test per key)."""
+        with self._lock:
+            keys = list(self._items)
+        for key in keys:
+            if drop(key):
+                self.discard(key)
 
     def _weigh(self, value: object) -> int:
         if self._max_weight is None or not isinstance(value, Sized):
@@ -193,6 +201,16 @@ def remember_written_manifest_list(
             _MANIFESTS.discard(m.manifest_path)
 
 
+def forget(locations: Iterable[str]) -> None:
+    """Drop what is cached of files that were deleted (an expired snapshot's manifest
+    list and manifests): no snapshot reaches them again. (``history_files`` drops those
+    another process expired.)"""
+    for location in locations:
+        _MANIFESTS.discard(location)
+        _MANIFEST_LISTS.discard(location)
+        _NOTHING_TO_ASSIGN.discard(location)
+
+
 def remember_written_dv(location: str, offset: int, positions: BitMap64) -> None:
     """Seed the cache with a deletion vector this process just wrote (a copy of it)."""
     if len(positions) <= _DV_CACHE_MAX_POSITIONS:
@@ -280,6 +298,23 @@ def read_dvs_of_file(io: FileIO, dvs: Sequence[DataFile]) -> list[BitMap64]:
             blob = span[offset : offset + (dv.content_size_in_bytes or 0)]
             out[at] = deserialize_dv(blob, f"{location}@{dv.content_offset}")
     return cast(list[BitMap64], out)
+
+
+def history_files(io: FileIO, metadata: TableMetadata) -> set[str]:
+    """``files_reached`` by every snapshot the table keeps; then what is cached of this
+    table's manifests and manifest lists that no kept snapshot reaches is dropped. Only
+    a walk of the whole history can tell which parsed manifests are still of use: the
+    snapshots that reached the others are gone (expired by this process or another)."""
+    reached = files_reached(io, metadata, metadata.snapshots)
+    prefix = manifests_directory(metadata.location) + "/"
+    for cache in (_MANIFESTS, _MANIFEST_LISTS, _NOTHING_TO_ASSIGN):
+        cache.discard_where(lambda key: key.startswith(prefix) and key not in reached)
+    return reached
+
+
+def manifests_directory(table_location: str) -> str:
+    """Where calving writes a table's manifests, manifest lists and Puffin files."""
+    return table_location.rstrip("/") + "/metadata"
 
 
 def files_reached(io: FileIO, metadata: TableMetadata, snapshots: Iterable[Snapshot]) -> set[str]:

@@ -47,10 +47,11 @@ class ExpireSnapshots:
         gone_ids = {s.snapshot_id for s in gone}
         if not gone:
             return
-        reachable = scan.files_reached(io, after, after.snapshots)
+        reachable = scan.history_files(io, after)
         reachable.update(s.statistics_path for s in after.statistics)
         candidates = scan.files_reached(io, before, gone)
         candidates.update(s.statistics_path for s in before.statistics if s.snapshot_id in gone_ids)
         for location in sorted(candidates - reachable):
             io.delete(location)
             self.deleted.append(location)
+        scan.forget(self.deleted)

@@ -4,10 +4,12 @@ Both commit the same kind of pre-written Parquet files to tables on the same SQL
 catalog. calving writes format v3; pyiceberg (``add_files``, which registers files
 it did not write, and reads their footers) writes v2. pyiceberg's duplicate-file check
 (a scan of every manifest) is turned off: calving's ``FastAppend`` does not check either,
-so both sides do the same work. History grows by one-file commits on both sides. Prints
-medians and ratios; ``figures`` returns them to the suite (``python -m tests.bench``).
+so both sides do the same work. Each side has a table per history size, grown by one-file
+commits, and the sizes are sampled in turn (``run``). calving's tables are created as
+calving creates them (gzip metadata files, ``spec.metadata_gzip``). Prints medians and
+ratios; ``figures`` returns them to the suite (``python -m tests.bench``).
 
-    python -m tests.bench.commit_latency [--quick] [--sizes 10,100,1000] [--repeat 5]
+    python -m tests.bench.commit_latency [--quick] [--sizes 10,100,1000] [--repeat 15]
         [--json-out docs/benchmarks/data/commit_latency.json]
 
 ``--json-out`` also writes every sample (tests.bench.record), which
@@ -22,6 +24,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -38,6 +41,8 @@ from tests.bench.figures import Figure, at_most
 
 SCHEMA = Schema((NestedField(1, "id", LONG, required=True), NestedField(2, "name", STRING)))
 FILES_PER_COMMIT = 10
+#: Samples per history size (commits to each size's table, taken in rounds).
+REPEAT = 15
 
 
 def _arrow(n: int, start: int) -> pa.Table:
@@ -99,28 +104,37 @@ class PyIcebergSide:
 
 
 def run(sizes: list[int], repeat: int) -> list[dict]:
+    """Per side, one table per history size, grown with 1-file commits; then the
+    ``FILES_PER_COMMIT``-file samples taken in rounds, one commit to each table per
+    round (the order turning each round), so that the machine's load drifting during
+    the run falls on every size alike. A table's history grows by ``repeat`` snapshots
+    while it is sampled."""
     tmp = tempfile.mkdtemp(prefix="calving-bench-")
     uri = f"sqlite:///{tmp}/catalog.db"
     catalog = SqlCatalog("bench", uri, f"{tmp}/warehouse")
     catalog.create_namespace(("bench",))
-    sides = [CalvingSide(catalog, tmp), PyIcebergSide(uri, f"file://{tmp}/warehouse")]
+    makers: list[Callable[[], CalvingSide | PyIcebergSide]] = [
+        lambda: CalvingSide(catalog, tmp),
+        lambda: PyIcebergSide(uri, f"file://{tmp}/warehouse"),
+    ]
     results = []
-    for side in sides:
-        existing = 0
-        for size in sizes:
-            while existing < size:  # grow history with 1-file commits
+    for make in makers:
+        tables = {size: make() for size in sizes}
+        for size, side in tables.items():
+            for _ in range(size):
                 side.commit(1)
-                existing += 1
-            samples = []
-            for _ in range(repeat):
-                samples.append(side.commit(FILES_PER_COMMIT))
-                existing += 1
+        samples: dict[int, list[float]] = {size: [] for size in sizes}
+        for r in range(repeat):
+            turn = r % len(sizes)
+            for size in sizes[turn:] + sizes[:turn]:
+                samples[size].append(tables[size].commit(FILES_PER_COMMIT))
+        for size in sizes:
             results.append(
                 {
-                    "side": side.name,
+                    "side": tables[size].name,
                     "snapshots": size,
-                    "median_ms": statistics.median(samples) * 1000,
-                    "samples_ms": [s * 1000 for s in samples],
+                    "median_ms": statistics.median(samples[size]) * 1000,
+                    "samples_ms": [s * 1000 for s in samples[size]],
                 }
             )
     return results
@@ -149,7 +163,7 @@ def report(results: list[dict]) -> str:
 def figures(quick: bool) -> list[Figure]:
     """Median commit latency per history size and calving's growth (goal <= 1.2x)."""
     sizes = [10, 100] if quick else [10, 100, 1000]
-    results = run(sizes, repeat=5)
+    results = run(sizes, repeat=REPEAT)
     by = {(r["side"], r["snapshots"]): r["median_ms"] for r in results}
     out = [
         Figure(
@@ -181,7 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="10 and 100 snapshots only")
     ap.add_argument("--sizes", default=None)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=REPEAT)
     ap.add_argument("--json-out", type=Path, help="also write the run here (tests.bench.record)")
     args = ap.parse_args(argv)
     sizes = (

@@ -125,8 +125,8 @@ class AttemptFiles:
             for n, group in enumerate(groups)
         ]
         for (location, _, blobs), group in zip(staged, groups):
-            for (_, positions), blob in zip(group, blobs):
-                scan.remember_written_dv(location, blob.content_offset, positions)
+            for (data_file, positions), blob in zip(group, blobs):
+                scan.remember_written_dv(location, blob.content_offset, positions, data_file)
         self.written.extend(location for location, _, _ in staged)
         self._pending.extend((location, data) for location, data, _ in staged)
         self.wrote_dvs = self.wrote_dvs or bool(staged)

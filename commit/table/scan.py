@@ -96,6 +96,8 @@ _MANIFESTS = _Lru(4096, max_weight=250_000)
 #: Deletion vectors this process wrote, by "<puffin location>@<offset>": the next commit
 #: merging into one reads it from here, not from its file (the bigger ones are read).
 _DVS = _Lru(1024)
+#: The cached DV written last for each data file (its ``_DVS`` key).
+_DV_OF_FILE = _Lru(1024)
 _DV_CACHE_MAX_POSITIONS = 1 << 16
 #: Data manifests (by location) none of whose live files lacks a ``first_row_id``: a
 #: merged manifest is carried into every later snapshot without an id of its own, and
@@ -106,7 +108,7 @@ _NOTHING_TO_ASSIGN = _Lru(8192)
 def clear_caches() -> None:
     """Forget every parsed manifest list, manifest and DV (benchmarks measuring a cold
     read; tests)."""
-    for cache in (_MANIFEST_LISTS, _MANIFESTS, _DVS, _NOTHING_TO_ASSIGN):
+    for cache in (_MANIFEST_LISTS, _MANIFESTS, _DVS, _DV_OF_FILE, _NOTHING_TO_ASSIGN):
         cache.clear()
 
 
@@ -211,10 +213,22 @@ def forget(locations: Iterable[str]) -> None:
         _NOTHING_TO_ASSIGN.discard(location)
 
 
-def remember_written_dv(location: str, offset: int, positions: BitMap64) -> None:
-    """Seed the cache with a deletion vector this process just wrote (a copy of it)."""
+def remember_written_dv(
+    location: str, offset: int, positions: BitMap64, data_file: str | None = None
+) -> None:
+    """Seed the cache with a deletion vector this process just wrote (a copy of it).
+    With ``data_file`` (the file it deletes from), the DV this process wrote before for
+    that file is dropped: a data file has one DV at a time and the next commit merges
+    into the newest, while a stream rewriting the growing DVs of a big table's files
+    kept every earlier version until the cache's count bound (tens of MB)."""
+    key = f"{location}@{offset}"
+    if data_file is not None:
+        before = _DV_OF_FILE.get(data_file)
+        if isinstance(before, str) and before != key:
+            _DVS.discard(before)
+        _DV_OF_FILE.put(data_file, key)
     if len(positions) <= _DV_CACHE_MAX_POSITIONS:
-        _DVS.put(f"{location}@{offset}", BitMap64(positions))
+        _DVS.put(key, BitMap64(positions))
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,6 @@ def test_a_carried_manifest_needing_no_row_ids_is_checked_once(sqlite_catalog, m
     assert table.metadata.next_row_id == 20  # every row of the ten files got an id
 
 
-
 def test_a_history_walk_drops_what_expired_snapshots_left_in_the_cache(sqlite_catalog):
     """A long stream's maintenance walks the kept history (orphans, expiry) and so parses
     the manifests of old snapshots. Once those snapshots expire (here by a commit that
@@ -168,3 +167,21 @@ def test_a_history_walk_drops_what_expired_snapshots_left_in_the_cache(sqlite_ca
     assert not set(expire.deleted) & (
         cached(scan._MANIFESTS, prefix) | cached(scan._MANIFEST_LISTS, prefix)
     )
+
+
+def test_a_new_dv_of_a_data_file_drops_the_one_before_from_the_cache(monkeypatch):
+    """A data file has one DV at a time: a stream rewriting the growing DVs of a big
+    table's files must not keep every earlier version (the next commit merges into the
+    newest; an older one is read from its file if ever asked for)."""
+    from pyroaring import BitMap64
+
+    from calving.commit.table import scan
+
+    monkeypatch.setattr(scan, "_DVS", _Lru(100))
+    monkeypatch.setattr(scan, "_DV_OF_FILE", _Lru(100))
+    scan.remember_written_dv("a.puffin", 4, BitMap64([1, 2]), "data-1.parquet")
+    scan.remember_written_dv("b.puffin", 4, BitMap64([1, 2, 3]), "data-1.parquet")
+    scan.remember_written_dv("b.puffin", 40, BitMap64([7]), "data-2.parquet")
+    assert scan._DVS.get("a.puffin@4") is None
+    assert scan._DVS.get("b.puffin@4") == BitMap64([1, 2, 3])
+    assert scan._DVS.get("b.puffin@40") == BitMap64([7])

@@ -1,10 +1,14 @@
 """Soak: a compressed week of keyed CDC (issue 20).
 
-A keyed Debezium change stream (hot keys updated often, deletes, re-inserts of deleted
-keys) is produced up front to the embedded Kafka broker; ``calving -v run CONFIG
---available-now`` with ``max_offsets_per_trigger = E`` streams it in one micro-batch per
-E records with ``[maintenance] inline = true``, while a separate ``calving maintain
-CONFIG --every "5 seconds"`` process maintains the same table. A monitor follows the
+A table's initial load (an insert per key, streamed as one micro-batch by a run of its
+own, ``bulk_seed``), then a keyed Debezium change stream (hot keys updated often,
+deletes, re-inserts of deleted keys) produced to the embedded Kafka broker; ``calving -v
+run CONFIG --available-now`` with ``max_offsets_per_trigger = E`` streams it in one
+micro-batch per E records with ``[maintenance] inline = true``, while a separate
+``calving maintain CONFIG --every "5 seconds"`` process maintains the same table.
+Maintenance's target file size is set so that the load's files are full-size files (as
+a big table's are): compaction rewrites the stream's small files and the files its
+deletes pass the delete ratio of, not the whole table at every pass. A monitor follows the
 stream's per-batch JSON lines and at each window boundary (every ``window`` batches)
 records: RSS of the driver's Python process and of its JVM child (``/proc``), the JVM's
 heap and metaspace (``jcmd``), the bytes Arrow's pool holds in the driver (the window's
@@ -20,9 +24,10 @@ measured when the boundary is seen, a few batches past it while the stream goes 
 Figures: last/first window on commit p50, RSS and metadata bytes (goal <= 1.2x); reads
 against the fresh copy (goal <= 1.3x); storage against it (goal <= 1.5x); CPU-seconds of
 the driver process tree and of the maintain process beside wall time.
-``--quick`` (the default): 400 batches in windows of 100 (about 1 s a batch on a
-loaded 2-core machine); ``--full``: 5,000 in
-windows of 500. tests/bench/test_soak.py runs a short one in CI.
+``--quick`` (the default): 400 batches in windows of 100 over 100,000 keys; ``--full``:
+5,000 in windows of 500 over 1,000,000 keys. The full scans decode every column (DuckDB
+aggregates over each; pyiceberg ``to_arrow``). tests/bench/test_soak.py runs a short one
+in CI.
 """
 
 from __future__ import annotations
@@ -72,27 +77,35 @@ class Params:
     #: many small files (``[maintenance] inline_compact_files``).
     inline_compact_files: int = 3
     retain_count: int = 10
-    retain_age: str = "30 seconds"
+    retain_age_s: int = 30
     scan_repeat: int = 2
     seed: int = 20
+    #: Insert every key first in one micro-batch of its own (``calving run
+    #: --available-now`` with the seed's size as ``max_offsets_per_trigger``, no
+    #: maintenance), as a table's initial load is, instead of in batches of
+    #: ``records_per_batch``; maintenance's target file size is then set from the seed's
+    #: files (``seed_target``) so that they are the table's full-size files.
+    bulk_seed: bool = True
 
 
 def params(quick: bool) -> Params:
-    return Params() if quick else Params(batches=5_000, window=500, keys=20_000)
+    if quick:
+        return Params(keys=100_000)
+    return Params(batches=5_000, window=500, keys=1_000_000)
 
 
 # ---------------------------------------------------------------- the change stream
 
 
 def soak_events(p: Params) -> CdcStream:
-    """Keyed CDC: ``seed_batches(p)`` batches inserting every key, then
+    """Keyed CDC: ``seed_records(p)`` records inserting every key, then
     ``p.batches * p.records_per_batch`` Kafka records of changes, half on ``p.hot_keys`` keys; a
     live key is deleted with ``p.delete_share`` (a delete and its tombstone), a deleted
     key picked again is re-inserted. A key stays on one partition."""
     rng = random.Random(p.seed)
     out = CdcStream()
-    seed_records = seed_batches(p) * p.records_per_batch
-    total = seed_records + p.batches * p.records_per_batch
+    seed = seed_records(p)
+    total = seed + p.batches * p.records_per_batch
     n = 0
 
     def upsert(k: int) -> None:
@@ -103,7 +116,7 @@ def soak_events(p: Params) -> CdcStream:
         out.records.append((k % p.partitions, _key(k), json.dumps(value).encode(), None))
         out.final[k] = (k, row["status"], n)
 
-    for k in range(seed_records):
+    for k in range(seed):
         upsert(k % p.keys)
         n += 1
     while len(out.records) < total:
@@ -123,8 +136,26 @@ def soak_events(p: Params) -> CdcStream:
 
 
 def seed_batches(p: Params) -> int:
-    """Batches that insert every key before the changes start (not windowed)."""
-    return -(-p.keys // p.records_per_batch)
+    """The stream's batches that insert every key before the changes start (not
+    windowed; 0 with ``bulk_seed``, whose seed is a run of its own)."""
+    return 0 if p.bulk_seed else -(-p.keys // p.records_per_batch)
+
+
+def seed_records(p: Params) -> int:
+    """The records that insert every key (an insert per key with ``bulk_seed``, else
+    ``seed_batches`` whole batches, the keys from the first again to fill the last)."""
+    return p.keys if p.bulk_seed else seed_batches(p) * p.records_per_batch
+
+
+#: Maintenance's small-file line is 3/4 of the target (``CompactionPolicy``): the seed's
+#: smallest file sits at 80 % of the target, above that line, as a big table's files do.
+SEED_FILL = 0.8
+
+
+def seed_target(seed_file_bytes: list[int], floor: int) -> int:
+    """Maintenance's target file size for a table whose seed wrote files of
+    ``seed_file_bytes``: the smallest at ``SEED_FILL`` of it, and at least ``floor``."""
+    return max(floor, int(min(seed_file_bytes, default=0) / SEED_FILL) + 1)
 
 
 def _key(k: int) -> bytes:
@@ -167,6 +198,8 @@ def _stat(pid: int) -> tuple[str, float, int] | None:
         return None
     comm = stat[stat.index("(") + 1 : stat.rindex(")")]
     fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] == "Z":  # exited, not yet reaped: no RSS to read (it reads 0)
+        return None
     # fields[0] is state (field 3): utime..cstime are fields 14..17, rss field 24.
     cpu = sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLK_TCK
     return comm, cpu, int(fields[21]) * PAGE
@@ -251,6 +284,7 @@ class Window:
     jvm_heap: JvmHeap | None
     arrow_bytes: int | None  # the driver's Arrow pool at the window's last batch
     metadata_bytes: int
+    snapshots: int  # kept by retention when measured: they make up the metadata file
     manifests: int
     files_per_partition_mean: float
     files_per_partition_max: int
@@ -322,19 +356,26 @@ class LogFollower:
 class MetadataSampler:
     """The current metadata file's bytes, sampled every ``every_s`` through a window: it
     moves with the snapshots retention keeps at that moment (snapshots younger than
-    ``retain_age``, expired every few seconds), so one sample at the boundary is noisy."""
+    ``retain_age_s``, expired every few seconds), so one sample at the boundary is noisy.
+    Samples start ``settle_s`` after the first call (the stream's first batch), the
+    retention age and a maintenance interval: before, the table holds less history than
+    retention keeps, whatever the soak does later.
+    """
 
-    def __init__(self, config: Path, every_s: float = 2.0) -> None:
+    def __init__(self, config: Path, settle_s: float, every_s: float = 2.0) -> None:
         from calving.ingest.catalogs import file_io, open_catalog
         from calving.ingest.config.loader import load_config
 
         table = load_config(config).table
         self.catalog, self.ident = open_catalog(table, file_io(table)), table.ident
-        self.every_s, self.next_at = every_s, 0.0
+        self.every_s, self.settle_s = every_s, settle_s
+        self.next_at: float | None = None
         self.samples: list[int] = []
 
     def sample(self) -> None:
         now = time.monotonic()
+        if self.next_at is None:
+            self.next_at = now + self.settle_s
         if now < self.next_at:
             return
         self.next_at = now + self.every_s
@@ -387,6 +428,7 @@ class Measurer:
             "commit_p50_ms": _percentile(commits, 0.5),
             "commit_p99_ms": _percentile(commits, 0.99),
             "metadata_bytes": _size(_local(location)),
+            "snapshots": len(md.snapshots),
             "manifests": len(scan.manifest_files(table.io, md.current_snapshot)),
             "files_per_partition_mean": statistics.mean(per_part.values()) if per_part else 0.0,
             "files_per_partition_max": max(per_part.values(), default=0),
@@ -403,9 +445,12 @@ class Measurer:
         return StaticTable.from_metadata(location).scan().to_arrow()
 
     def _duckdb(self, location: str) -> int:
+        """A full scan that decodes every column: a bare ``count(*)`` of a table without
+        deletes is answered from the files' row counts, without reading a column."""
         path = _local(location).replace("'", "''")
-        (count,) = self.con.execute(
-            f"SELECT count(*) FROM (SELECT * FROM iceberg_scan('{path}'))"
+        (count, *_) = self.con.execute(
+            "SELECT count(*), sum(id), sum(version), sum(length(status)) "
+            f"FROM iceberg_scan('{path}')"
         ).fetchone()
         return int(count)
 
@@ -480,7 +525,7 @@ def log(msg: str) -> None:
     print(f"  [soak] {msg}", file=sys.stderr, flush=True)
 
 
-def _config(tmp: Path, bootstrap: str, topic: str, p: Params) -> Path:
+def _config(tmp: Path, bootstrap: str, topic: str, p: Params, target: int) -> Path:
     from tests.support.maintenance_acceptance import write_config
 
     extra = "\n".join(
@@ -497,11 +542,39 @@ def _config(tmp: Path, bootstrap: str, topic: str, p: Params) -> Path:
         bootstrap=bootstrap,
         topic=topic,
         max_offsets=p.records_per_batch,
-        target=p.target_file_bytes,
+        target=target,
         retain_count=p.retain_count,
-        retain_age=p.retain_age,
+        retain_age=f"{p.retain_age_s} seconds",
         extra=extra,
     )
+
+
+def _bulk_seed(tmp: Path, bootstrap: str, topic: str, p: Params) -> list[int]:
+    """The seed streamed in one micro-batch by a run of its own, without maintenance
+    (the soak's pipeline and table, ``max_offsets_per_trigger`` = the seed): the bytes of
+    the data files it wrote."""
+    from tests.support import maintenance_acceptance as m
+
+    config = m.write_config(
+        tmp,
+        "seed.toml",
+        bootstrap=bootstrap,
+        topic=topic,
+        max_offsets=seed_records(p),
+        retain_count=p.retain_count,
+        retain_age=f"{p.retain_age_s} seconds",
+    )
+    t0 = time.monotonic()
+    proc = m.start(["run", str(config), "--available-now"], tmp, "seed.log")
+    if proc.wait(timeout=1800) != 0:
+        raise RuntimeError("the seed run failed: " + (tmp / "seed.log").read_text()[-3000:])
+    table = m.load_table(config)
+    sizes = [e.data_file.file_size_in_bytes for e in table.live_files().data.values()]
+    log(
+        f"seed: {seed_records(p):,} inserts in one batch, {len(sizes)} files "
+        f"({sum(sizes) / 2**20:.1f} MiB) in {time.monotonic() - t0:.0f} s"
+    )
+    return sizes
 
 
 def _wait_for_table(config: Path, proc: subprocess.Popen[str], log_path: Path) -> None:
@@ -559,11 +632,19 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
     stream = soak_events(p)
     log(
         f"{len(stream.records):,} records ({stream.updates:,} updates, {stream.deletes:,} "
-        f"deletes) over {p.keys:,} keys -> ~{seed_batches(p)} seed batches, then "
+        f"deletes) over {p.keys:,} keys -> "
+        + ("a seed batch" if p.bulk_seed else f"~{seed_batches(p)} seed batches")
+        + f", then "
         f"{p.batches:,} of changes, {p.records_per_batch} records each"
     )
-    produce(bootstrap, topic, stream.records)
-    config = _config(tmp, bootstrap, topic, p)
+    target = p.target_file_bytes
+    if p.bulk_seed:
+        produce(bootstrap, topic, stream.records[: seed_records(p)])
+        target = seed_target(_bulk_seed(tmp, bootstrap, topic, p), floor=1024)
+        produce(bootstrap, topic, stream.records[seed_records(p) :])
+    else:
+        produce(bootstrap, topic, stream.records)
+    config = _config(tmp, bootstrap, topic, p, target)
     r = Result(p, expected_rows=len(stream.final))
     started, reaped = time.monotonic(), _reaped_children_cpu()
     seed = seed_batches(p)
@@ -574,7 +655,8 @@ def _run(p: Params, broker: EmbeddedBroker, tmp: Path) -> Result:
         _wait_for_table(config, proc, tmp / "stream.log")
         maintain = m.start(["maintain", str(config), "--every", p.every, "--local"], tmp, "m.log")
         measurer = Measurer(config, tmp, p)
-        metadata = MetadataSampler(config)
+        # expiry runs in maintenance passes, one every ``every`` (5 s) at most
+        metadata = MetadataSampler(config, settle_s=p.retain_age_s + 5)
         follower = LogFollower(tmp / "stream.log")
         last = TreeSample()
         maintain_cpu = 0.0
@@ -667,6 +749,7 @@ HEADER = (
     "commit p50 ms",
     "commit p99 ms",
     "metadata KiB",
+    "snapshots",
     "manifests",
     "files/part mean",
     "files/part max",
@@ -692,6 +775,7 @@ def _cells(w: Window) -> tuple[str, ...]:
         f"{w.commit_p50_ms:.0f}",
         f"{w.commit_p99_ms:.0f}",
         f"{w.metadata_bytes / kib:.1f}",
+        str(w.snapshots),
         str(w.manifests),
         f"{w.files_per_partition_mean:.1f}",
         str(w.files_per_partition_max),
@@ -755,7 +839,9 @@ def to_figures(r: Result) -> list[Figure]:
         growth("commit p99, ms", first.commit_p99_ms, last.commit_p99_ms, goal=""),
         growth("driver Python RSS, MiB", first.python_rss / 2**20, last.python_rss / 2**20),
         growth("driver JVM RSS, MiB", first.jvm_rss / 2**20, last.jvm_rss / 2**20),
-        growth("metadata JSON, KiB", first.metadata_bytes / 1024, last.metadata_bytes / 1024),
+        growth(
+            "metadata file (gzip), KiB", first.metadata_bytes / 1024, last.metadata_bytes / 1024
+        ),
         growth("manifests", first.manifests, last.manifests, goal=""),
         growth(
             "live files per partition, max",

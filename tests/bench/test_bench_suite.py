@@ -195,6 +195,26 @@ def test_the_soak_sums_given_up_groups_by_cause_over_the_pass_lines():
     assert _given_up_by(lines) == {"RetriesExhaustedError": 3, "RewriteConflictError": 3}
 
 
+def test_the_soak_seeds_every_key_once_and_sizes_maintenance_to_the_seeds_files():
+    """A bulk seed inserts each key once (no batch fill), and maintenance's target puts
+    every seed file above the small-file line (3/4 of the target), so a pass compacts
+    the stream's files, not the whole table again."""
+    from calving.commit.maintenance.compaction_plan import CompactionPolicy
+    from tests.bench.soak import Params, seed_records, seed_target, soak_events
+
+    p = Params(batches=3, keys=50, records_per_batch=8)
+    stream = soak_events(p)
+    seed = stream.records[: seed_records(p)]
+    assert [json.loads(v)["after"]["id"] for _, _, v, _ in seed] == list(range(50))
+    assert len(stream.records) >= seed_records(p) + 3 * 8
+    streamed = Params(batches=3, keys=50, records_per_batch=8, bulk_seed=False)
+    assert seed_records(streamed) == 56  # seven whole batches, the first keys again
+    target = seed_target([700_000, 760_000, 755_000], floor=1024)
+    small = CompactionPolicy(target_file_bytes=target).small_file_bytes
+    assert small < 700_000 < 760_000 < target
+    assert seed_target([100, 200], floor=1024) == 1024
+
+
 def test_index_sharded_figures_from_recorded_sides():
     """The sharded-index benchmark's figures from sides' results (no Spark here): RSS
     and batch time against the driver index, and the 2-worker scaling with its goal."""

@@ -15,8 +15,8 @@ later metadata keeps its entries) is compressed once and its deflate bytes kept 
 it; the pieces between settled ones (the scalars, properties, schemas and the last,
 still growing segment of each list) are compressed together at every commit. An empty
 final block, then the CRC-32 and length of the whole text, end the file. A commit
-compresses its new entries and the changing fields, not its history, and writes about
-a sixth of the bytes.
+compresses its new entries and the changing fields, not its history, and writes an
+eighth of the bytes (77 KB against 647 KB at 1,000 snapshots).
 
 Decompressed, the file is exactly ``serialize_metadata``'s bytes.
 
@@ -59,7 +59,7 @@ class DeflatedPieces:
 
     Only the pieces the table's last file used are kept: a piece the history no longer
     holds (a segment cut by expiry, the metadata log's first segment after a trim) goes
-    with the next file, so what is kept is a sixth of the history text that ``ListTexts``
+    with the next file, so what is kept is about an eighth of the history text ``ListTexts``
     keeps anyway, for at most ``MAX_TABLES`` tables.
 
     Shared by threads without a lock, as ``ListTexts`` is: each step on the

@@ -250,6 +250,21 @@ def test_readers_open_filesystem_tables(
     assert count == (rows,)  # found v1 through metadata/version-hint.text
 
 
+def test_a_gzip_table_writes_plain_versions_here(cat: FilesystemCatalog) -> None:
+    """A commit here is the exclusive create of ``v<N+1>.metadata.json``: one name per
+    version, so the table's ``write.metadata.compression-codec = gzip`` (what calving
+    creates its tables with) is not followed and every version stays plain JSON."""
+    from calving.commit.table.actions.update_properties import UpdateProperties
+    from tests.support.tables import make_table
+
+    table = make_table(cat)
+    assert table.metadata.properties["write.metadata.compression-codec"] == "gzip"
+    table.commit_or_raise(UpdateProperties({"owner": "fs"}))
+    assert table.metadata_location.endswith("/v2.metadata.json")
+    assert cat.io.read(table.metadata_location)[:1] == b"{"
+    assert cat.metadata_codec(table.metadata) == "none"
+
+
 # ---------------------------------------------------------------- many processes
 
 

@@ -422,6 +422,16 @@ def test_new_metadata_location_follows_metadata_location_and_path(cat: SqlCatalo
     assert cat.new_metadata_location(T, "s3://b/t/metadata/odd.json").startswith(
         "s3://b/t/metadata/00000-"
     )
+    # A gzip table's next file says so in its name (readers tell the codec by it), and
+    # its version still counts on from a compressed one.
+    packed = SimpleNamespace(
+        location="s3://b/t", properties={"write.metadata.compression-codec": "gzip"}
+    )
+    gz = cat.new_metadata_location(T, current, packed)
+    assert gz.startswith("s3://b/t/metadata/00042-") and gz.endswith(".gz.metadata.json")
+    assert cat.new_metadata_location(T, gz, packed).startswith("s3://b/t/metadata/00043-")
+    after = cat.new_metadata_location(T, gz, plain)
+    assert after.endswith(".metadata.json") and not after.endswith(".gz.metadata.json")
 
 
 # ---------------------------------------------------------------- pyiceberg on the same DB

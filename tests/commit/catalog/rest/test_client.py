@@ -88,8 +88,20 @@ def test_calving_writes_a_dv_table_through_rest(shared, faulty):
     assert direct.metadata.properties["owner"] == "rest"
     assert len(direct.metadata.snapshots) == 2 and direct.live_files().dvs
     expected = rows_as_tuples([r for r in rows if r["id"] % 5])
+    # The server writes the table's metadata files as the table asks: gzip for a table
+    # calving created, plain once the property says none; readers take both.
+    assert direct.metadata_location.endswith(".gz.metadata.json")
+    assert direct.io.read(direct.metadata_location)[:2] == b"\x1f\x8b"
     for name, read in ALL_READERS.items():
         assert read(direct.metadata_location, COLUMNS) == expected, name
+    assert isinstance(
+        table.commit(UpdateProperties({"write.metadata.compression-codec": "none"})), Committed
+    )
+    plain = Table.load(shared, ("db", "events"))
+    assert not plain.metadata_location.endswith(".gz.metadata.json")
+    assert plain.io.read(plain.metadata_location)[:1] == b"{"
+    for name, read in ALL_READERS.items():
+        assert read(plain.metadata_location, COLUMNS) == expected, name
     with pytest.raises(TableAlreadyExistsError):
         make_table(rest)
 

@@ -6,6 +6,7 @@ for byte ``json.dumps`` of ``metadata_to_json`` (the reference encoding, no cach
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from unittest import mock
 
 import pytest
@@ -72,6 +73,15 @@ def test_serialize_equals_the_reference_over_random_histories(segment):
 @settings(max_examples=150, deadline=None)
 @given(OPS)
 def _serialize_equals_the_reference(ops):
+    for m in history_states(ops, serialize_metadata):
+        assert serialize_metadata(m) == reference(m)
+
+
+def history_states(
+    ops: list[tuple[str, int, str]], file_bytes: Callable[[TableMetadata], bytes]
+) -> Iterator[TableMetadata]:
+    """Each state of two tables' metadata under ``ops`` (commit, expire, trim, re-parse
+    from ``file_bytes``, switch table), then each table's last state again."""
     tables = [new_table_metadata(SCHEMA, f"file:///w/t{i}", PartitionSpec(0)) for i in range(2)]
     n, current = 0, 0
     for op, k, note in ops:
@@ -84,14 +94,13 @@ def _serialize_equals_the_reference(ops):
         elif op == "trim":  # the metadata log keeps its newest entries
             m = m.with_changes(metadata_log=m.metadata_log[-k:] if k < 4 else ())
         elif op == "reparse":  # equal entries, new objects (another process's commit)
-            m = parse_metadata(serialize_metadata(m), "m.json")
+            m = parse_metadata(file_bytes(m), "m.json")
         else:
             current = 1 - current
             continue
         tables[current] = m
-        assert serialize_metadata(m) == reference(m)
-    for m in tables:
-        assert serialize_metadata(m) == reference(m)
+        yield m
+    yield from tables
 
 
 def test_an_older_state_after_a_newer_one_is_encoded_whole():

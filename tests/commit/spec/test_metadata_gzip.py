@@ -21,7 +21,7 @@ from calving.commit.spec.list_text import LIST_TEXTS
 from calving.commit.spec.metadata import metadata_json, parse_metadata, serialize_metadata
 from calving.commit.spec.partition import PartitionSpec
 from calving.commit.table.table import new_table_metadata
-from tests.commit.spec.test_list_text import OPS, SCHEMA, commit
+from tests.commit.spec.test_list_text import OPS, SCHEMA, commit, history_states
 
 
 def _unzipped(data: bytes) -> bytes:
@@ -45,23 +45,7 @@ def test_gzip_files_decompress_to_the_plain_bytes_over_random_histories(segment)
 @settings(max_examples=120, deadline=None)
 @given(OPS)
 def _gzip_equals_plain(ops):
-    tables = [new_table_metadata(SCHEMA, f"file:///w/t{i}", PartitionSpec(0)) for i in range(2)]
-    n, current = 0, 0
-    for op, k, note in ops:
-        m = tables[current]
-        if op == "commit":
-            n += 1
-            m = commit(m, n, note)
-        elif op == "expire":
-            m = m.with_changes(snapshots=m.snapshots[k:], snapshot_log=m.snapshot_log[k:])
-        elif op == "trim":
-            m = m.with_changes(metadata_log=m.metadata_log[-k:] if k < 4 else ())
-        elif op == "reparse":  # another process's file: new entry objects
-            m = parse_metadata(mg.gzip_metadata(m), "m.gz.metadata.json")
-        else:
-            current = 1 - current
-            continue
-        tables[current] = m
+    for m in history_states(ops, mg.gzip_metadata):  # re-parsed from gzip files too
         assert _unzipped(mg.gzip_metadata(m)) == serialize_metadata(m)
 
 

@@ -45,6 +45,7 @@ from calving.commit.index.keys import (
     Keys,
 )
 from calving.commit.index.matches import Matches
+from calving.commit.spec.position_map import PositionMap
 from calving.commit.spec.types import PrimitiveType
 
 MAX_POSITION = (1 << 32) - 1
@@ -323,6 +324,53 @@ class PrimaryKeyIndex:
             self.remove_file(path)
         for path, keys_, pos, rows in prepared:
             self._add_encoded(path, keys_, pos, rows)
+
+    def remap_files(self, pmap: PositionMap, new_rows: Mapping[str, int]) -> None:
+        """A rewrite with a position map: the entries of its input files move to the rows
+        the rewrite copied them to, in place (a rewrite keeps keys, so the runs keep
+        their hash order); entries of rows it did not copy (deleted when it read them)
+        die with the input files. No key is read and no entry is added, so following a
+        compaction costs the index one pass over its file ids, not a new run of the
+        rewritten rows and a full merge when the old ones pile up. ``new_rows``: each
+        new file's row count. All or nothing: an unknown input or a known output file
+        leaves the index unchanged."""
+        for path in pmap.old_files:
+            self._require(path)
+        for path in pmap.new_files:
+            if path in self._ids:
+                raise IndexUpdateError(f"{path}: already in the primary-key index")
+            if path not in new_rows:
+                raise IndexUpdateError(f"{path}: no row count for a rewritten file")
+        old_ids = np.array([self._ids[p] for p in pmap.old_files], dtype=np.int64)
+        new_ids = np.array(
+            [self._new_file_id(p, new_rows[p], 0) for p in pmap.new_files], dtype=np.uint32
+        )
+        which = np.full(len(self._paths), -1, dtype=np.int64)
+        which[old_ids] = np.arange(len(old_ids))
+        moved_to = np.zeros(len(new_ids), dtype=np.int64)
+        moved_from = np.zeros(len(old_ids), dtype=np.int64)
+
+        def remapped(run: _Run) -> _Run:
+            of = which[run.file_ids]
+            rows = np.flatnonzero(of >= 0)
+            if not len(rows):
+                return run
+            inside, new_file, new_pos = pmap.locate(of[rows], run.positions[rows])
+            rows = rows[inside]
+            moved_from[:] += np.bincount(of[rows], minlength=len(old_ids))
+            moved_to[:] += np.bincount(new_file, minlength=len(new_ids))
+            file_ids, positions = run.file_ids.copy(), run.positions.copy()
+            file_ids[rows] = new_ids[new_file]
+            positions[rows] = new_pos.astype(np.uint32)
+            return _Run(run.hashes, file_ids, positions, run.keys)
+
+        self._base = remapped(self._base)
+        self._delta = remapped(self._delta)
+        self._pending = [remapped(run) for run in self._pending]
+        self._file_entries[new_ids] = moved_to
+        self._file_entries[old_ids] -= moved_from
+        for path in pmap.old_files:
+            self.remove_file(path)
 
     # ------------------------------------------------------------ lookups
 

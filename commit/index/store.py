@@ -51,9 +51,11 @@ from calving.commit.io import FileIO
 from calving.commit.spec.arrow import FIELD_ID_KEY
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.position_map import SUMMARY_PROPERTY, PositionMap
 from calving.commit.spec.types import PrimitiveType
 from calving.commit.table import scan
 from calving.commit.table.data_files import read_data_file
+from calving.commit.table.rewrites import load_map
 
 log = logging.getLogger(__name__)
 
@@ -358,10 +360,21 @@ def catch_up(
         return index
     diff = diff_snapshots(io, old, scan.live_files(io, metadata, metadata.current_snapshot))
     removed, deletes, added, new = diff.removed, diff.deletes, diff.added, diff.new
+    maps = rewrites_since(io, metadata, index.snapshot_id, removed)
+    remapped = {p for m in maps for p in m.new_files}
     # Read everything first: a failure leaves the index as it was.
-    fresh = read_live_keys(io, new, added, ids, max_workers)
+    fresh = read_live_keys(io, new, [p for p in added if p not in remapped], ids, max_workers)
+    for pmap in maps:  # rewrites move their inputs' entries: their outputs are not read
+        index.remap_files(pmap, {p: _rows(metadata, io, p, new) for p in pmap.new_files})
     for path in removed:
-        index.remove_file(path)
+        if index.has_file(path):
+            index.remove_file(path)
+    for path in remapped:  # an output gone again since (rewritten, or every row deleted)
+        if path not in new.data:
+            if index.has_file(path):
+                index.remove_file(path)
+        elif path in new.dvs:  # deletes it carried, or that reached it since
+            index.delete_positions(path, bitmap_positions(new.positions_deleted(io, path)))
     for path, positions in deletes.items():
         index.delete_positions(path, positions)
     for f in fresh:
@@ -369,6 +382,52 @@ def catch_up(
     index.promote_key_types(types)
     index.snapshot_id = target
     return index
+
+
+def rewrites_since(
+    io: FileIO, metadata: TableMetadata, snapshot_id: int | None, removed: Sequence[str]
+) -> list[PositionMap]:
+    """The position maps of the rewrites committed after ``snapshot_id`` (oldest first)
+    that the index can follow: each one's inputs are files the index holds by then (the
+    snapshot's live files the catch-up removes, or an earlier followed rewrite's
+    outputs). A rewrite of any other file (one added after ``snapshot_id``, not yet in
+    the index) is left to reading its outputs' keys, as are rewrites without a map."""
+    since: list[PositionMap] = []
+    snap = metadata.current_snapshot
+    while snap is not None and snap.snapshot_id != snapshot_id:
+        location = snap.summary.get(SUMMARY_PROPERTY)
+        if location:
+            since.append(load_map(io, location))
+        parent = snap.parent_snapshot_id
+        snap = None if parent is None else metadata.snapshot_by_id(parent)
+    if snap is None:  # the index's snapshot is no ancestor: nothing to follow
+        return []
+    held = set(removed)
+    out: list[PositionMap] = []
+    for pmap in reversed(since):
+        if all(p in held for p in pmap.old_files):
+            out.append(pmap)
+            held.difference_update(pmap.old_files)
+            held.update(pmap.new_files)
+    return out
+
+
+def _rows(metadata: TableMetadata, io: FileIO, path: str, live: scan.LiveFiles) -> int:
+    """A rewritten file's row count: from the current snapshot when it is live, else
+    from the manifests of the rewrite that made it."""
+    entry = live.data.get(path)
+    if entry is not None:
+        return entry.data_file.record_count
+    return _made_by(io, metadata, path)
+
+
+def _made_by(io: FileIO, metadata: TableMetadata, path: str) -> int:
+    for snap in metadata.snapshots:
+        for mf in scan.own_manifests(io, snap):
+            for e in scan.manifest_entries(io, metadata, mf):
+                if e.data_file.file_path == path:
+                    return e.data_file.record_count
+    raise FileNotFoundInTableError(f"{path}: made by a rewrite no kept snapshot holds")
 
 
 def _incremental_base(

@@ -117,6 +117,28 @@ class PositionMap:
             out[self.new_files[int(t)]] = np.sort(moved[target == t])
         return out
 
+    def locate(
+        self, old_file: np.ndarray, positions: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per row (an index into ``old_files`` and a position of that file): whether the
+        rewrite copied it, and where to (an index into ``new_files``, a position), the
+        latter two for the copied rows only, in order."""
+        of = np.asarray(old_file, dtype=np.int64)
+        pos = np.asarray(positions, dtype=np.int64)
+        keys = (self.old_file << 32) | self.old_start  # sorted: runs by old file, start
+        run = np.searchsorted(keys, (of << 32) | pos, side="right") - 1
+        at = np.maximum(run, 0)
+        if len(keys):
+            inside = (
+                (run >= 0)
+                & (self.old_file[at] == of)
+                & (pos < self.old_start[at] + self.length[at])
+            )
+        else:
+            inside = np.zeros(len(pos), dtype=bool)
+        run = run[inside]
+        return inside, self.new_file[run], self.new_start[run] + (pos[inside] - self.old_start[run])
+
 
 def serialize(pmap: PositionMap) -> bytes:
     header = json.dumps(

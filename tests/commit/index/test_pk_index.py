@@ -177,3 +177,37 @@ def test_tombstones_merge_as_a_sorted_union(existing, new):
     merged = _insert_sorted(base, values)
     assert merged.dtype == np.uint64
     assert merged.tolist() == np.union1d(base, values).tolist()
+
+
+def test_a_rewrite_moves_entries_in_place_and_leaves_no_dead_weight() -> None:
+    """Following a position map moves the entries of the rewritten files: nothing is
+    added, nothing re-sorted (the base keeps its hash array), and only the rows the
+    rewrite did not copy count as dead (what makes a full merge due)."""
+    from calving.commit.spec.position_map import PositionMap
+
+    index = PrimaryKeyIndex([1], [LONG], min_merge_rows=1, merge_fraction=0.5)
+    index.add_file("a", pa.table({"id": pa.array(range(6), pa.int64())}))
+    index.add_file("b", pa.table({"id": pa.array(range(10, 14), pa.int64())}))
+    index.add_file("c", pa.table({"id": pa.array(range(20, 30), pa.int64())}))
+    index.compact()
+    hashes = index._base.hashes
+    # a's rows 0-5 and b's 0-2 go to "n" (b's row 3 was deleted before the rewrite read it)
+    pmap = PositionMap.from_rows(
+        ("a", "b"),
+        ("n",),
+        np.array([0] * 6 + [1] * 3, np.int64),
+        np.array([*range(6), *range(3)], np.int64),
+        np.zeros(9, np.int64),
+        np.arange(9, dtype=np.int64),
+    )
+    index.remap_files(pmap, {"n": 9})
+    assert index._base.hashes is hashes and not index._pending
+    assert index._dead_entries == 1  # b's row 3 only
+    found = index.lookup(pa.table({"id": pa.array([0, 5, 10, 12, 13, 25], pa.int64())}))
+    got = sorted(
+        (int(r), found.file_path(f), int(p))
+        for r, f, p in zip(found.key_rows, found.file_ids, found.positions)
+    )
+    assert got == [(0, "n", 0), (1, "n", 5), (2, "n", 6), (3, "n", 8), (5, "c", 5)]
+    assert sorted(index.file_paths) == ["c", "n"]
+    assert index.live_rows_per_file() == {"c": 10, "n": 9}

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from calving.commit.index.keys import ByteKeys, KeyHasher
 from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.spec.position_map import PositionMap
 from calving.commit.spec.types import LONG, STRING, PrimitiveType
 
 
@@ -157,6 +158,44 @@ def machine(kind: str, hasher: KeyHasher) -> type[RuleBasedStateMachine]:
             for p, ks in added.items():
                 self.live[p] = dict(enumerate(ks))
                 self.rows[p] = len(ks)
+
+        @precondition(lambda self: self.live)
+        @rule(data=st.data())
+        def rewrite_with_a_map(self, data: st.DataObject) -> None:
+            """A compaction with a position map: the live rows of a few files copied in
+            any order to new files (with spare rows the map does not fill), followed by
+            moving the entries, no key given."""
+            removed = data.draw(
+                st.lists(st.sampled_from(sorted(self.live)), min_size=1, max_size=3, unique=True)
+            )
+            rows = [(i, pos) for i, p in enumerate(removed) for pos in sorted(self.live[p])]
+            rows = data.draw(st.permutations(rows))
+            split = data.draw(st.integers(0, len(rows)))
+            spare = data.draw(st.integers(0, 2))
+            new_paths = (self._new_path(), self._new_path())
+            of, op, nf, np_ = [], [], [], []
+            for n, (i, pos) in enumerate(rows):
+                target = 0 if n < split else 1
+                of.append(i)
+                op.append(pos)
+                nf.append(target)
+                np_.append(n if target == 0 else n - split)
+            pmap = PositionMap.from_rows(
+                tuple(removed), new_paths, *(np.array(a, np.int64) for a in (of, op, nf, np_))
+            )
+            sizes = {new_paths[0]: split + spare, new_paths[1]: len(rows) - split}
+            self.index.remap_files(pmap, sizes)
+            moved: dict[str, dict[int, Any]] = {p: {} for p in new_paths}
+            for n, (i, pos) in enumerate(rows):
+                target = 0 if n < split else 1
+                moved[new_paths[target]][n if target == 0 else n - split] = self.live[removed[i]][
+                    pos
+                ]
+            for p in removed:
+                del self.live[p]
+            for p in new_paths:
+                self.live[p] = moved[p]
+                self.rows[p] = sizes[p]
 
         @rule()
         def compact(self) -> None:

@@ -335,3 +335,57 @@ def test_catch_up_to_an_older_snapshot_brings_deleted_rows_back(sqlite_catalog) 
     assert catch_up(table.io, index, rolled_back) is index
     assert _entries(index) == _entries(build_from_table(table.io, rolled_back))
     assert store.mismatch_with_table(table.io, index, rolled_back) == ""
+
+
+def test_catch_up_follows_rewrites_through_their_position_maps(sqlite_catalog, monkeypatch) -> None:
+    """Compactions with position maps (calving's own): the index moves the rewritten
+    rows' entries instead of reading the new files' keys, across two rewrites in one
+    catch-up (the second rewriting the first's output), deletes the stream carried onto
+    a rewrite and deletes after it, and a file all of whose rows were deleted since.
+    The result equals a rebuild from the data files, and no rewritten file is read."""
+    from calving.commit.maintenance.compaction import compact
+    from calving.commit.maintenance.compaction_plan import CompactionPolicy
+    from calving.commit.spec.partition import UNPARTITIONED
+    from calving.ingest.write.rewrite import local_rewrite
+
+    table = make_table(sqlite_catalog, "remap", spec=UNPARTITIONED)
+    live = LiveTable(table)
+    for start in (0, 100, 200):
+        live.append([row(start + i) for i in range(30)])
+    live.upsert(lambda r: r["id"] % 7 == 0, [row(i, payload="v2") for i in range(0, 30, 7)])
+    index = build_from_table(table.io, table.metadata)
+    before = set(index.file_paths)
+    policy = CompactionPolicy(target_file_bytes=1 << 20, min_input_files=2, max_group_bytes=1 << 24)
+    rewrite = local_rewrite(table.io, 1 << 20)
+    assert compact(table.refresh(), policy, rewrite).groups_committed == 1
+    table = table.refresh()
+    (merged,) = table.live_files().data
+    deletes = {merged: BitMap64([0, 5, 6])}  # rows of the compacted file, after it
+    table.commit_or_raise(RowDelta(deletes=deletes))
+    table = table.refresh()
+    policy = replace(policy, min_input_files=1, delete_ratio=0.01)  # the output alone
+    assert compact(table, policy, rewrite).groups_committed == 1
+    table = table.refresh()
+    (again,) = table.live_files().data  # its rows deleted after it: its DV is applied
+    table.commit_or_raise(RowDelta(deletes={again: BitMap64([1, 2])}))
+    table = table.refresh()
+    more = write_partitioned(table, [row(300 + i) for i in range(10)])
+    table.commit_or_raise(FastAppend(tuple(f for f, _ in more)))
+    table = table.refresh()
+    maps = [s for s in table.metadata.snapshots if "calving.rewrite.position-map" in s.summary]
+    assert len(maps) == 2
+    read: list[str] = []
+    real = store.read_live_keys
+
+    def spy(io, live_files, paths, ids, workers):
+        read.extend(paths)
+        return real(io, live_files, paths, ids, workers)
+
+    monkeypatch.setattr(store, "read_live_keys", spy)
+    assert catch_up(table.io, index, table.metadata) is index
+    assert read == [f.file_path for f, _ in more]  # only the file no rewrite made
+    assert _entries(index) == _entries(build_from_table(table.io, table.metadata))
+    assert not before & set(table.live_files().data)
+    ids = list(range(310))
+    rebuilt = build_from_table(table.io, table.metadata)
+    assert _found(index, _ids(ids), ids) == _found(rebuilt, _ids(ids), ids)

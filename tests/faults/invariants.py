@@ -27,6 +27,7 @@ empty when everything holds:
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -206,7 +207,10 @@ def check_metadata_log(
     versions: list[tuple[str, dict[str, Any]]] = []
     for loc in locations:
         try:
-            versions.append((loc, json.loads(io.read(loc))))
+            data = io.read(loc)  # gzip when its name says so, as Iceberg readers tell it
+            if loc.endswith(".gz.metadata.json"):
+                data = gzip.decompress(data)
+            versions.append((loc, json.loads(data)))
         except CalvingError as err:
             report.add("metadata-log", f"metadata file {loc} of the log cannot be read: {err}")
     for (loc_a, a), (loc_b, b) in pairwise(versions):

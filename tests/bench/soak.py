@@ -285,6 +285,9 @@ class Window:
     arrow_bytes: int | None  # the driver's Arrow pool at the window's last batch
     metadata_bytes: int
     snapshots: int  # kept by retention when measured: they make up the metadata file
+    #: what the kept snapshots are: replace (maintenance) against the rest, and the
+    #: seconds between the oldest kept one and the measurement (``_snapshot_mix``)
+    snapshot_mix: str
     manifests: int
     files_per_partition_mean: float
     files_per_partition_max: int
@@ -429,6 +432,7 @@ class Measurer:
             "commit_p99_ms": _percentile(commits, 0.99),
             "metadata_bytes": _size(_local(location)),
             "snapshots": len(md.snapshots),
+            "snapshot_mix": _snapshot_mix(md.snapshots, time.time()),
             "manifests": len(scan.manifest_files(table.io, md.current_snapshot)),
             "files_per_partition_mean": statistics.mean(per_part.values()) if per_part else 0.0,
             "files_per_partition_max": max(per_part.values(), default=0),
@@ -737,6 +741,14 @@ def _readers(config: Path, stream: CdcStream) -> dict[str, bool]:
     return {name: read(location, COLUMNS) == stream.expected for name, read in ALL_READERS.items()}
 
 
+def _snapshot_mix(snapshots: Any, now_s: float) -> str:
+    """``R replace / O other, S s``: the kept snapshots that maintenance's rewrites
+    made, the others (the stream's, expiry's own), and how far back the oldest goes."""
+    replace = sum(s.operation == "replace" for s in snapshots)
+    oldest = min((s.timestamp_ms for s in snapshots), default=int(now_s * 1000))
+    return f"{replace}/{len(snapshots) - replace}, {now_s - oldest / 1000:.0f}"
+
+
 # ---------------------------------------------------------------- reporting
 
 HEADER = (
@@ -750,6 +762,7 @@ HEADER = (
     "commit p99 ms",
     "metadata KiB",
     "snapshots",
+    "replace/other, oldest s",
     "manifests",
     "files/part mean",
     "files/part max",
@@ -776,6 +789,7 @@ def _cells(w: Window) -> tuple[str, ...]:
         f"{w.commit_p99_ms:.0f}",
         f"{w.metadata_bytes / kib:.1f}",
         str(w.snapshots),
+        w.snapshot_mix,
         str(w.manifests),
         f"{w.files_per_partition_mean:.1f}",
         str(w.files_per_partition_max),
@@ -842,6 +856,7 @@ def to_figures(r: Result) -> list[Figure]:
         growth(
             "metadata file (gzip), KiB", first.metadata_bytes / 1024, last.metadata_bytes / 1024
         ),
+        growth("snapshots kept, at the boundary", first.snapshots, last.snapshots, goal=""),
         growth("manifests", first.manifests, last.manifests, goal=""),
         growth(
             "live files per partition, max",

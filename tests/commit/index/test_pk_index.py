@@ -211,3 +211,35 @@ def test_a_rewrite_moves_entries_in_place_and_leaves_no_dead_weight() -> None:
     assert got == [(0, "n", 0), (1, "n", 5), (2, "n", 6), (3, "n", 8), (5, "c", 5)]
     assert sorted(index.file_paths) == ["c", "n"]
     assert index.live_rows_per_file() == {"c": 10, "n": 9}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(0, 40), max_size=60),
+    st.lists(st.integers(0, 40), max_size=20),
+)
+def test_a_batch_joins_the_sorted_delta_as_a_stable_sort_of_both_would(
+    delta: list[int], batch: list[int]
+) -> None:
+    from calving.commit.index.keys import IntKeys
+    from calving.commit.index.pk_index import _concat_runs, _merge_sorted, _Run
+
+    def run(hashes: list[int], first_id: int, with_keys: bool) -> _Run:
+        n = len(hashes)
+        ids = np.arange(first_id, first_id + n, dtype=np.uint32)
+        keys = IntKeys(ids.astype(np.int64)) if with_keys else None
+        return _Run(np.array(hashes, np.uint64), ids, ids.copy(), keys)
+
+    for with_keys in (False, True):  # the hash stands for the key, or keys stored
+        a = run(sorted(delta), 0, with_keys)
+        b = run(batch, len(delta), with_keys).sorted()
+        merged = _merge_sorted(a, b)
+        want = _concat_runs([a, b])
+        want = want.take(np.argsort(want.hashes, kind="stable"))
+        assert merged.hashes.tolist() == want.hashes.tolist()
+        # equal hashes keep their order: the delta's entries first, then the batch's
+        assert merged.file_ids.tolist() == want.file_ids.tolist()
+        assert merged.positions.tolist() == want.positions.tolist()
+        if with_keys:
+            assert isinstance(merged.keys, IntKeys) and isinstance(want.keys, IntKeys)
+            assert merged.keys.values.tolist() == want.keys.values.tolist()

@@ -14,7 +14,8 @@ records: RSS of the driver's Python process and of its JVM child (``/proc``), th
 heap and metaspace (``jcmd``), the bytes Arrow's pool holds in the driver (the window's
 last batch line, ``arrow_bytes``), commit
 p50/p99 of the window's batches (``commit_seconds``), the current metadata JSON's bytes
-(the median of samples taken every 2 s through the window),
+(the median of samples taken every 2 s through the window), the snapshots it keeps
+(replace snapshots against the rest, and the age of the oldest),
 the current snapshot's manifests, live data files per partition, full-scan seconds with
 DuckDB and pyiceberg of the current snapshot and of a fresh copy of the same rows
 written in one go (one file per partition), live data+delete bytes of both, and the
@@ -742,8 +743,8 @@ def _readers(config: Path, stream: CdcStream) -> dict[str, bool]:
 
 
 def _snapshot_mix(snapshots: Any, now_s: float) -> str:
-    """``R replace / O other, S s``: the kept snapshots that maintenance's rewrites
-    made, the others (the stream's, expiry's own), and how far back the oldest goes."""
+    """``R/O, S``: of the kept snapshots, R that maintenance's rewrites made (replace)
+    and O others (the stream's, expiry's own), and S seconds back to the oldest."""
     replace = sum(s.operation == "replace" for s in snapshots)
     oldest = min((s.timestamp_ms for s in snapshots), default=int(now_s * 1000))
     return f"{replace}/{len(snapshots) - replace}, {now_s - oldest / 1000:.0f}"

@@ -213,20 +213,17 @@ def forget(locations: Iterable[str]) -> None:
         _NOTHING_TO_ASSIGN.discard(location)
 
 
-def remember_written_dv(
-    location: str, offset: int, positions: BitMap64, data_file: str | None = None
-) -> None:
-    """Seed the cache with a deletion vector this process just wrote (a copy of it).
-    With ``data_file`` (the file it deletes from), the DV this process wrote before for
-    that file is dropped: a data file has one DV at a time and the next commit merges
+def remember_written_dv(location: str, offset: int, positions: BitMap64, data_file: str) -> None:
+    """Seed the cache with a deletion vector this process just wrote (a copy of it) for
+    ``data_file`` (the file it deletes from); the DV this process wrote before for that
+    file is dropped: a data file has one DV at a time and the next commit merges
     into the newest, while a stream rewriting the growing DVs of a big table's files
     kept every earlier version until the cache's count bound (tens of MB)."""
     key = f"{location}@{offset}"
-    if data_file is not None:
-        before = _DV_OF_FILE.get(data_file)
-        if isinstance(before, str) and before != key:
-            _DVS.discard(before)
-        _DV_OF_FILE.put(data_file, key)
+    before = _DV_OF_FILE.get(data_file)
+    if isinstance(before, str) and before != key:
+        _DVS.discard(before)
+    _DV_OF_FILE.put(data_file, key)
     if len(positions) <= _DV_CACHE_MAX_POSITIONS:
         _DVS.put(key, BitMap64(positions))
 

@@ -49,7 +49,9 @@ def test_each_vector_in_the_order_asked_equal_to_one_read_each(tmp_path: Path) -
 def test_a_cached_vector_is_a_copy_and_the_rest_are_read(tmp_path: Path) -> None:
     scan.clear_caches()
     io, dvs = _puffin(tmp_path)
-    scan.remember_written_dv(dvs[1].file_path, dvs[1].content_offset or 0, BitMap64([1]))
+    scan.remember_written_dv(
+        dvs[1].file_path, dvs[1].content_offset or 0, BitMap64([1]), "b.parquet"
+    )
     got = scan.read_dvs_of_file(io, dvs)
     got[1].add(77)  # the caller's copy: the cache keeps its own
     assert list(scan.read_dvs_of_file(io, [dvs[1]])[0]) == [1]

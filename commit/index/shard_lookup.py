@@ -50,6 +50,9 @@ from calving.commit.io import FileIO
 
 #: Bytes of shards a Python process keeps between batches (least recently used go).
 DEFAULT_CACHE_BYTES = 1 << 30
+#: A batch of up to ``calving.index.driver-step-keys`` keys whose shards hold up to
+#: this many entries in all runs its steps in the driver (no Spark job).
+DRIVER_SHARD_ENTRIES = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -69,6 +72,11 @@ class ShardJob:
     #: A batch of up to this many keys may run its steps in the driver (the resolver
     #: decides; ``calving.index.driver-step-keys``).
     driver_step_keys: int = 0
+    #: The steps run inside the batch's write tasks (``task_steps``): several tasks
+    #: step one shard, each writing a delta on the manifest's chain (never a base).
+    in_task: bool = False
+    #: The manifest's location (the tasks' steps name it back to the driver).
+    manifest_location: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,17 +139,32 @@ class ShardCache:
                 self.hits += 1
             return index
 
-    def take_prefix(self, chain: ShardFile) -> tuple[PrimaryKeyIndex, int] | None:
-        """The cached shard of the longest earlier state of ``chain`` (its base and
-        the first ``n`` of its deltas), and ``n``; None when none is cached."""
+    def take_prefix(self, chain: ShardFile) -> tuple[PrimaryKeyIndex, int, str | None] | None:
+        """The cached shard of the longest earlier state of ``chain``, with where
+        ``chain``'s deltas still to apply start and the one among them it already holds.
+
+        An earlier state is the base and the first ``n`` deltas (start ``n``, none
+        held), or those plus one later delta of ``chain`` (held): a write task's own
+        delta, which ``chain`` names after the deltas other tasks wrote for the same
+        batch on the same state. Those changes touch other keys and rows, so they apply
+        in any order. None when nothing cached fits."""
         wanted = _chain_key(chain)
         with self._lock:
-            earlier = [k for k in self._entries if len(k) < len(wanted) and wanted[: len(k)] == k]
-            best = max(earlier, key=len, default=None)
+            best: tuple[tuple[str, ...], int, str | None] | None = None
+            for k in self._entries:
+                fit: tuple[tuple[str, ...], int, str | None]
+                if len(k) < len(wanted) and wanted[: len(k)] == k:
+                    fit = (k, len(k) - 1, None)
+                elif len(k) >= 2 and wanted[: len(k) - 1] == k[:-1] and k[-1] in wanted[len(k) :]:
+                    fit = (k, len(k) - 2, k[-1])
+                else:
+                    continue
+                if best is None or len(fit[0]) > len(best[0]):
+                    best = fit
             if best is None:
                 return None
             self.hits += 1
-            return self._entries.pop(best), len(best) - 1
+            return self._entries.pop(best[0]), best[1], best[2]
 
     def put(self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int) -> None:
         with self._lock:
@@ -242,7 +265,8 @@ def _write_step(
         request.shard,
         manifest.shard_count,
     )
-    if job.catch_up is not None or len(chain.deltas) >= job.max_deltas:
+    rebase = job.catch_up is not None or len(chain.deltas) >= job.max_deltas
+    if rebase and not job.in_task:
         apply_changes(index, request.added, deleted)
         new = write_base(io, job.table_location, header, index)
     elif len(deleted) or request.added:
@@ -271,10 +295,12 @@ def _shard(io: FileIO, manifest: ShardManifest, chain: ShardFile) -> tuple[Prima
     earlier = CACHE.take_prefix(chain)
     if earlier is None:
         return load_chain(io, manifest, chain), False
-    index, applied = earlier
+    index, start, held = earlier
     try:
         apply_aliases(index, manifest.aliases)  # files renamed after its last step
-        for location in chain.deltas[applied:]:
+        for location in chain.deltas[start:]:
+            if location == held:
+                continue
             added, deleted = read_delta(io, manifest, chain.shard, location)
             apply_changes(index, added, deleted)
             apply_aliases(index, manifest.aliases)

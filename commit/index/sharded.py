@@ -29,18 +29,18 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import numpy as np
 import pyarrow as pa
 from pyroaring import BitMap64
 
 from calving.commit.errors import FileNotFoundInTableError
 from calving.commit.index.index_file import UnreadableIndexError
-from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
+from calving.commit.index.keys import KeyCodec
 from calving.commit.index.matches import Matches
-from calving.commit.index.shard_chain import AddedFile, ShardDiff
+from calving.commit.index.shard_batch import BatchKeys, merge_results
+from calving.commit.index.shard_chain import ShardDiff
 from calving.commit.index.shard_lookup import (
+    DRIVER_SHARD_ENTRIES,
     ShardJob,
-    ShardRequest,
     ShardResolver,
     ShardResult,
 )
@@ -50,7 +50,6 @@ from calving.commit.index.shards import (
     ShardManifest,
     check_shard_count,
     read_manifest,
-    shard_of,
     split_index,
     write_manifest,
 )
@@ -62,6 +61,7 @@ from calving.commit.index.store import (
     key_spec,
     open_index,
 )
+from calving.commit.index.task_steps import PlacedSteps, merge_task_steps
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
@@ -109,6 +109,10 @@ class ShardedIndex:
     manifest: ShardManifest | None = None
     location: str | None = None  # the manifest's file
     rebuilds: int = 0
+    #: Batches whose keys the write tasks resolved (``task_steps``).
+    in_tasks: int = 0
+    #: Keys the last batch looked up (a small batch on small shards steps in the driver).
+    last_keys: int = 0
 
     # ------------------------------------------------------------ opening
 
@@ -224,6 +228,54 @@ class ShardedIndex:
 
     # ------------------------------------------------------------ a batch
 
+    def task_job(self, metadata: TableMetadata, max_deltas: int) -> ShardJob | None:
+        """The job a batch's write tasks step their shards with (``task_steps``), or
+        None when the batch's keys go to the separate stage: other writers' commits to
+        catch up, a chain to rebase (``max_deltas``), or a table whose shards are small
+        after a small batch (those steps are cheaper in the driver)."""
+        manifest = self._follow_key_types(metadata, self.open(metadata))
+        if self.location is None or manifest.snapshot_id != metadata.current_snapshot_id:
+            return None
+        if any(len(s.deltas) >= max_deltas for s in manifest.shards):
+            return None
+        small = TableProperties(metadata.properties).index_driver_step_keys
+        if small and self.last_keys <= small and manifest.entries <= DRIVER_SHARD_ENTRIES:
+            return None
+        return ShardJob(
+            metadata.location,
+            manifest,
+            metadata.current_snapshot_id,
+            None,
+            self.io_properties,
+            max_deltas=max_deltas,
+            in_task=True,
+            manifest_location=self.location,
+        )
+
+    def from_tasks(
+        self,
+        metadata: TableMetadata,
+        placed: Sequence[PlacedSteps],
+        file_rows: int,
+        delete_rows: int,
+    ) -> Resolved | None:
+        """The batch resolved by its write tasks' steps, or None (none ran, or they do
+        not make the batch's: the caller runs ``resolve``)."""
+        manifest, location = self.manifest, self.location
+        if not placed or manifest is None or location is None:
+            return None
+        if manifest.snapshot_id != metadata.current_snapshot_id:
+            return None
+        merged = merge_task_steps(manifest, location, placed, file_rows, delete_rows)
+        if isinstance(merged, str):
+            log.info("index shards: the write tasks' steps not used (%s)", merged)
+            return None
+        self.in_tasks += 1
+        self.last_keys = file_rows + delete_rows
+        return Resolved(
+            metadata.current_snapshot_id, merged.matches, merged.results, merged.cache_hits
+        )
+
     def resolve(
         self,
         metadata: TableMetadata,
@@ -240,11 +292,12 @@ class ShardedIndex:
             catch_up = self._catch_up(metadata, manifest)
             if catch_up is None and manifest.snapshot_id != metadata.current_snapshot_id:
                 manifest = self.rebuild_all(metadata)
-            batch = _BatchKeys.of(manifest, keys, files)
+            batch = BatchKeys.of(manifest, keys, files)
+            self.last_keys = batch.count
             results = self._stage(metadata, manifest, catch_up, batch, max_deltas)
             bad = [r for r in results if r.unreadable]
             if not bad:
-                matches = _merge(results, batch.rows_of(manifest, catch_up), batch.count)
+                matches = merge_results(results, batch.rows_of(manifest, catch_up), batch.count)
                 return Resolved(
                     metadata.current_snapshot_id,
                     matches,
@@ -261,7 +314,7 @@ class ShardedIndex:
         metadata: TableMetadata,
         manifest: ShardManifest,
         catch_up: ShardDiff | None,
-        batch: _BatchKeys,
+        batch: BatchKeys,
         max_deltas: int,
     ) -> tuple[ShardResult, ...]:
         requests = batch.requests(manifest, catch_up)
@@ -352,60 +405,6 @@ class ShardedIndex:
         return {}
 
 
-@dataclass(frozen=True)
-class _BatchKeys:
-    """A batch's keys (encoded) and new files' keys, split by shard."""
-
-    count: int  # keys looked up
-    shard_count: int
-    encoded: Keys
-    key_shard: np.ndarray
-    added: dict[int, list[AddedFile]]
-
-    @classmethod
-    def of(
-        cls,
-        manifest: ShardManifest,
-        keys: pa.Table | None,
-        files: Sequence[tuple[DataFile, pa.Table | None]],
-    ) -> _BatchKeys:
-        codec = KeyCodec(manifest.key_types, manifest.key_field_ids)
-        count = manifest.shard_count
-        encoded = codec.encode(keys) if keys is not None else concat_keys([], codec.int_mode)
-        key_shard = shard_of(DEFAULT_HASHER.hash(encoded), count)
-        added: dict[int, list[AddedFile]] = {}
-        for data_file, file_keys in files:
-            if file_keys is None or not file_keys.num_rows:
-                continue
-            fk = codec.encode(file_keys)
-            where = shard_of(DEFAULT_HASHER.hash(fk), count)
-            for s in np.unique(where):
-                rows = np.flatnonzero(where == s)
-                added.setdefault(int(s), []).append(
-                    AddedFile(data_file.file_path, data_file.record_count, fk.take(rows), rows)
-                )
-        return cls(len(encoded), count, encoded, key_shard, added)
-
-    def wanted(self, manifest: ShardManifest, catch_up: ShardDiff | None) -> list[int]:
-        if manifest.shard_count != self.shard_count:
-            raise IndexMismatchError(
-                f"index shards changed from {self.shard_count} to {manifest.shard_count} "
-                "during a batch"
-            )
-        if catch_up is not None:
-            return list(range(self.shard_count))
-        return sorted(set(np.unique(self.key_shard).tolist()) | set(self.added))
-
-    def rows_of(self, manifest: ShardManifest, catch_up: ShardDiff | None) -> dict[int, np.ndarray]:
-        return {s: np.flatnonzero(self.key_shard == s) for s in self.wanted(manifest, catch_up)}
-
-    def requests(self, manifest: ShardManifest, catch_up: ShardDiff | None) -> list[ShardRequest]:
-        return [
-            ShardRequest(s, self.encoded.take(rows), tuple(self.added.get(s, ())))
-            for s, rows in self.rows_of(manifest, catch_up).items()
-        ]
-
-
 def _aliases(
     held: Sequence[tuple[str, str, str]],
     results: Sequence[ShardResult],
@@ -420,28 +419,6 @@ def _aliases(
         tail = r.chain.deltas[-1] if r.chain.deltas else r.chain.location
         kept += [(tail, old, renamed[old]) for old in r.added if old in renamed]
     return tuple(dict.fromkeys(kept))
-
-
-def _merge(results: Sequence[ShardResult], rows_of: dict[int, np.ndarray], n: int) -> Matches:
-    """The shards' matches as one ``Matches`` over the batch's key rows."""
-    ids: dict[str, int] = {}
-    key_rows, file_ids, positions = [], [], []
-    for r in results:
-        local = np.array([ids.setdefault(p, len(ids)) for p in r.files], np.uint32)
-        key_rows.append(rows_of[r.chain.shard][r.key_rows])
-        file_ids.append(local[r.file_index] if len(local) else np.empty(0, np.uint32))
-        positions.append(r.positions)
-    if key_rows:
-        kr = np.concatenate(key_rows).astype(np.int64)
-        fi = np.concatenate(file_ids).astype(np.uint32)
-        po = np.concatenate(positions).astype(np.int64)
-        order = np.argsort(kr, kind="stable")
-        kr, fi, po = kr[order], fi[order], po[order]
-    else:
-        kr, fi, po = np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64)
-    found = np.zeros(n, bool)
-    found[kr] = True
-    return Matches(found, kr, fi, po, list(ids))
 
 
 def choose_mode(metadata: TableMetadata) -> str:

@@ -21,8 +21,10 @@ from pyroaring import BitMap64
 
 from calving.commit import index as pk
 from calving.commit.errors import CalvingError
+from calving.commit.index.shard_lookup import ShardJob
 from calving.commit.index.sharded import Resolved, ShardedIndex
 from calving.commit.index.store import Rebuild, key_spec
+from calving.commit.index.task_steps import PlacedSteps
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
@@ -92,6 +94,8 @@ class ParsedMessages:
     #: Records not yet judged (``DeadLettersDeferred``): the batch must be written again
     #: before it can be committed.
     deferred: int = 0
+    #: Sharded mode: the write tasks' shard steps, placed among the batch's keys.
+    shard_steps: list[PlacedSteps] = field(default_factory=list)
 
     @property
     def records(self) -> int:
@@ -140,6 +144,20 @@ class ParsedMessages:
             self.rows_seen += m.count
         elif isinstance(m, msg.DeadLettersDeferred):
             self.deferred += m.count
+        elif isinstance(m, msg.ShardStepsTaken):
+            # A task's messages arrive together, its steps after its files and keys.
+            steps = m.steps
+            file_rows, delete_rows = self.key_rows()
+            placed = PlacedSteps(
+                steps, file_rows - steps.file_rows, delete_rows - steps.delete_rows
+            )
+            self.shard_steps.append(placed)
+
+    def key_rows(self) -> tuple[int, int]:
+        """How many keys the batch's files hold, and how many keys it deleted (the
+        two parts of ``touched_keys``)."""
+        files = sum(k.num_rows for _, k in self.files if k is not None)
+        return files, sum(k.num_rows for k in self.delete_keys)
 
     @classmethod
     def of(cls, messages: Iterable[msg.Message]) -> ParsedMessages:
@@ -223,6 +241,15 @@ class Coordinator:
     def keyed(self) -> bool:
         return bool(self.table.metadata.schema.identifier_field_ids)
 
+    def shard_job(self) -> ShardJob | None:
+        """Sharded mode: the job the batch's write tasks step their shards with (None:
+        not sharded, or the batch's keys are resolved by the separate stage)."""
+        if not self.keyed or self.sharded is None:
+            return None
+        metadata = self.table.metadata
+        deltas = TableProperties(metadata.properties).index_shard_deltas
+        return self.sharded.task_job(metadata, deltas)
+
     def ledger(self) -> dict[TopicPartition, int]:
         self.table.refresh()
         return read_ledger(self.table.metadata, self.writer_id)
@@ -271,12 +298,14 @@ class Coordinator:
             started = time.monotonic()
             keys = _touched_keys(parsed)
             metadata = self.table.metadata
-            resolved = self.sharded.resolve(
-                metadata,
-                keys,
-                parsed.files,
-                TableProperties(metadata.properties).index_shard_deltas,
-            )
+            resolved = self.sharded.from_tasks(metadata, parsed.shard_steps, *parsed.key_rows())
+            if resolved is None:
+                resolved = self.sharded.resolve(
+                    metadata,
+                    keys,
+                    parsed.files,
+                    TableProperties(metadata.properties).index_shard_deltas,
+                )
             deletes = resolved.deletes()
             looked_up = time.monotonic()
             stats.phases["lookup"] = looked_up - started

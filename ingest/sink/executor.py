@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from calving.commit.index.shard_lookup import ShardJob
+from calving.commit.index.task_steps import run_task_steps
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, parse_metadata
 from calving.commit.spec.properties import TableProperties
@@ -31,6 +33,7 @@ from calving.ingest.sink.messages import (
     KeysDeleted,
     KeysRenewed,
     Message,
+    ShardStepsTaken,
     UnknownFields,
     encode,
     message_batch,
@@ -60,6 +63,9 @@ class TaskPlan:
     #: The driver's FileIO properties (``s3.endpoint``, credentials ...): executors must
     #: write where the table lives. Kept out of ``repr`` (it may hold secrets).
     io_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: Sharded mode: the job the keyed write tasks step their index shards with
+    #: (``calving.commit.index.task_steps``); None: the driver resolves the keys.
+    shard_job: ShardJob | None = field(default=None, repr=False)
 
     def metadata(self) -> TableMetadata:
         return _parsed_metadata(self.metadata_json, self.metadata_location)
@@ -206,7 +212,7 @@ def collapse_and_write(plan: TaskPlan) -> TaskFunction:
         forwarded = [row_from_json(p) for p in data.filter(is_meta).column("_meta").to_pylist()]
         data = data.filter(pc.invert(is_meta)).drop_columns(["_meta"])
         messages = write_last_events(plan, data) if data.num_rows else []
-        yield message_batch([*forwarded, *messages])
+        yield message_batch([*forwarded, *messages, *shard_steps(plan, messages)])
 
     return run
 
@@ -233,6 +239,16 @@ def write_last_events(plan: TaskPlan, data: pa.Table) -> list[Message]:
         if renewed.num_rows:
             messages.append(KeysRenewed(renewed))
     return messages
+
+
+def shard_steps(plan: TaskPlan, messages: Sequence[Message]) -> list[Message]:
+    """Sharded mode: the task's steps on the index shards its keys fall in (its keys
+    are its files' and deleted keys, which no other task of the batch holds)."""
+    if plan.shard_job is None:
+        return []
+    files = [(m.file, m.keys) for m in messages if isinstance(m, DataFileWritten)]
+    deleted = [m.keys for m in messages if isinstance(m, KeysDeleted)]
+    return [ShardStepsTaken(run_task_steps(plan.shard_job, files, deleted))]
 
 
 def last_per_key(data: pa.Table, keys: Sequence[str | None]) -> np.ndarray:

@@ -232,6 +232,7 @@ class CalvingSink:
                 self.dead_letter_max_bytes,
                 already_sent,
             ),
+            shard_job=self.coordinator.shard_job(),
         )
 
     def _write(

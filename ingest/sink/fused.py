@@ -32,6 +32,7 @@ from calving.ingest.sink.executor import (
     decode_and_write_append,
     decode_for_keyed,
     keyed_stage_schema,
+    shard_steps,
     write_last_events,
 )
 from calving.ingest.sink.messages import Message, encode
@@ -83,8 +84,11 @@ def fused_keyed(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
                 parts.append(conform(rows, stage))
         messages: list[Message] = []
         if parts:
-            for data in _as_if_a_task_per_partition(plan, pa.concat_tables(parts)):
+            split = _as_if_a_task_per_partition(plan, pa.concat_tables(parts))
+            for data in split:
                 messages += write_last_events(plan, data)
+            if len(split) == 1:  # else a key is in two parts: the driver redoes the batch
+                messages += shard_steps(plan, messages)
         yield encode(messages + decoding.finish(io))
 
     return run

@@ -22,6 +22,8 @@ batches back into the same values. Nothing else reads or writes the Arrow layout
 - ``SchemaSeen``: a change-event value schema a task saw (JSON text, e.g. the Kafka
   Connect JSON converter's ``schema``), so the driver can evolve the table first.
 
+- ``ShardStepsTaken``: sharded mode, a write task's steps on the index shards its keys
+  fall in (``calving.commit.index.task_steps``).
 - ``TransactionRuns``: per topic-partition, the runs of consecutive records of one source
   transaction a task read (transaction id or None, first and last offset, count).
 
@@ -48,6 +50,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from calving.commit.errors import CalvingError
+from calving.commit.index.task_steps import TaskSteps, steps_from_payload, steps_to_payload
 from calving.commit.spec.data_file import DataFile, FileContent
 
 #: (topic, partition, offset) of one Kafka record.
@@ -120,6 +123,11 @@ class TransactionRuns:
     runs: tuple[TransactionRun, ...]
 
 
+@dataclass(frozen=True)
+class ShardStepsTaken:
+    steps: TaskSteps
+
+
 Message = (
     DataFileWritten
     | KeysDeleted
@@ -132,6 +140,7 @@ Message = (
     | RowsSeen
     | SchemaSeen
     | TransactionRuns
+    | ShardStepsTaken
 )
 
 
@@ -161,6 +170,7 @@ _DATA, _DELETES, _RENEWED, _RANGE, _DEAD_FILE, _DEAD_SENT, _UNKNOWN, _ROWS, _SCH
     "txn-runs",
 )
 _DEAD_DEFERRED = "deadletters-deferred"
+_SHARD_STEPS = "shard-steps"
 #: ``MESSAGE_SCHEMA`` plus the ``tag`` (topic) of each message: a many-table task.
 TAGGED_SCHEMA = MESSAGE_SCHEMA.append(pa.field("tag", pa.string()))
 
@@ -226,6 +236,8 @@ def encode_row(m: Message) -> dict[str, Any]:
     if isinstance(m, TransactionRuns):
         runs = json.dumps([list(r) for r in m.runs], separators=(",", ":"))
         return _row(_TXN_RUNS, runs, None, len(m.runs))
+    if isinstance(m, ShardStepsTaken):
+        return _row(_SHARD_STEPS, *steps_to_payload(m.steps), len(m.steps.positions))
     raise TypeError(f"not a commit message: {type(m).__name__}")
 
 
@@ -279,6 +291,8 @@ def _decode_row(kind: str | None, payload: str, keys: bytes | None, count: int |
                 for t, p, x, a, b, n in json.loads(payload)
             )
         )
+    if kind == _SHARD_STEPS:
+        return ShardStepsTaken(steps_from_payload(payload, keys or b""))
     raise ValueError("unknown message kind")
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from calving.commit.errors import CalvingError
 from calving.commit.index.shard_lookup import (
+    DRIVER_SHARD_ENTRIES,
     ShardJob,
     ShardRequest,
     ShardResult,
@@ -42,10 +43,7 @@ log = logging.getLogger(__name__)
 
 #: Keys (looked up and added) up to which a batch's shard steps run in one task.
 SMALL_BATCH_ROWS = 20_000
-#: A batch of up to ``calving.index.driver-step-keys`` keys whose shards hold up to
-#: this many entries in all runs its steps in the driver (no Spark job), caching those
-#: shards there up to ``DRIVER_CACHE_BYTES``.
-DRIVER_SHARD_ENTRIES = 2_000_000
+#: The driver caches up to this much of the shards it steps (``DRIVER_SHARD_ENTRIES``).
 DRIVER_CACHE_BYTES = 128 << 20
 
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import strategies as st
 from pyroaring import BitMap64
 
@@ -46,7 +47,8 @@ from calving.commit.table.ledger import OffsetRange
 from calving.commit.table.table import Table, create_table
 from calving.ingest.decode.batch import OP_DELETE, OP_UPSERT
 from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
-from calving.ingest.sink.executor import TaskPlan, write_last_events
+from calving.ingest.sink.executor import TaskPlan, shard_steps, write_last_events
+from calving.ingest.sink.messages import Message
 from calving.ingest.write.rewrite import local_rewrite
 from tests.support import lineage as ref
 
@@ -200,17 +202,23 @@ class History:
     """One keyed table, its writer, and every snapshot the steps made."""
 
     def __init__(
-        self, catalog: SqlCatalog, *, partitioned: bool, model: Model, sharded: bool = False
+        self,
+        catalog: SqlCatalog,
+        *,
+        partitioned: bool,
+        model: Model,
+        sharded: bool = False,
+        tasks: int = 1,
     ) -> None:
         spec = spec_builder(SCHEMA, fields=[("id", bucket(2))]) if partitioned else UNPARTITIONED
         name = f"h_{uuid.uuid4().hex[:8]}"
-        self.table = create_table(
-            catalog,
-            ("db", name),
-            SCHEMA,
-            spec=spec,
-            properties={"commit.manifest.min-count-to-merge": "3"},
-        )
+        properties = {"commit.manifest.min-count-to-merge": "3"}
+        if tasks > 1:  # every batch's keys resolved by its write tasks
+            properties["calving.index.driver-step-keys"] = "0"
+        self.table = create_table(catalog, ("db", name), SCHEMA, spec=spec, properties=properties)
+        #: Write tasks a batch's keys are split over (by key); sharded mode then steps
+        #: the index shards in them (``shard_steps``).
+        self.tasks = tasks
         self.model = model
         self.coordinator = Coordinator(self.table, "history", index_save_every=3)
         if sharded:  # stage 2 in this process, over 4 shards
@@ -264,7 +272,13 @@ class History:
         """The batch of ``events`` as a task writes it (each key's last event), at the
         next offsets of the topic: its valued events and its commit messages."""
         valued = [(op, key, self._values(key)) for op, key in events]
-        parsed = ParsedMessages.of(write_last_events(self._plan(), self._rows(valued)))
+        plan, rows = self._plan(), self._rows(valued)
+        messages: list[Message] = []
+        for task in range(self.tasks):
+            mine = rows.filter(pc.equal(pc.bit_wise_and(rows["id"], self.tasks - 1), task))
+            written = write_last_events(plan, mine) if mine.num_rows else []
+            messages += written + shard_steps(plan, written)
+        parsed = ParsedMessages.of(messages)
         parsed.ranges[(TOPIC, 0)] = OffsetRange(self.offset, self.offset + len(events))
         self.offset += len(events)
         return valued, parsed
@@ -312,6 +326,7 @@ class History:
             decoder=None,
             file_prefix=f"history-b{self.batches}",
             io_properties=self.table.io.properties,
+            shard_job=self.coordinator.shard_job(),
         )
 
     def _rows(self, valued: Sequence[tuple[str, int, dict[str, Any]]]) -> pa.Table:
@@ -404,16 +419,19 @@ def run_history(
     keep: bool,
     keys: int = 10,
     sharded: bool = False,
+    tasks: int = 1,
 ) -> tuple[History, IdentityBook]:
     """A first batch writing keys ``0..keys-1``, then ``steps``, the lineage checked
     after each (``keep``: the model's ``updates_keep_identity``; ``sharded``: the
-    coordinator's index in sharded mode)."""
+    coordinator's index in sharded mode; ``tasks``, a power of two: write tasks a
+    batch's keys are split over, whose shard steps resolve them)."""
     first = Step("batch", tuple(("u", k) for k in range(keys)))
     history = History(
         catalog,
         partitioned=partitioned,
         model=Model(updates_keep_identity=keep),
         sharded=sharded,
+        tasks=tasks,
     )
     book = IdentityBook()
     for step in [first, *steps]:

@@ -1,0 +1,142 @@
+"""The write tasks' shard steps as values: their codec, the driver's merge (and what it
+refuses), and the worker cache's use of a shard holding a task's own delta."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.index.shard_lookup import ShardCache
+from calving.commit.index.shards import ShardFile, ShardManifest
+from calving.commit.index.task_steps import (
+    MergedSteps,
+    PlacedSteps,
+    TaskSteps,
+    merge_task_steps,
+    steps_from_payload,
+    steps_to_payload,
+)
+from calving.commit.spec.types import LONG
+
+BASE = ShardFile(0, "s0-base", 10, 7, ("d1",))
+OTHER = ShardFile(1, "s1-base", 5, 7, ())
+MANIFEST = ShardManifest("uuid", 7, (1,), (LONG,), 2, (("a", 10), ("b", 5)), (BASE, OTHER))
+
+
+def _steps(
+    chains: tuple[ShardFile, ...],
+    key_rows: list[int],
+    paths: tuple[str, ...],
+    file_ids: list[int],
+    positions: list[int],
+    *,
+    file_rows: int = 2,
+    delete_rows: int = 1,
+    manifest: str = "m.calvshards",
+) -> TaskSteps:
+    return TaskSteps(
+        manifest,
+        7,
+        file_rows,
+        delete_rows,
+        chains,
+        tuple(("new-file",) for _ in chains),
+        np.array(key_rows, np.int64),
+        paths,
+        np.array(file_ids, np.uint32),
+        np.array(positions, np.int64),
+        cache_hits=1,
+    )
+
+
+def test_steps_round_trip_through_the_message_payload() -> None:
+    steps = _steps((ShardFile(0, "s0-base", 11, 7, ("d1", "t0")),), [0, 2], ("a",), [0, 0], [3, 9])
+    back = steps_from_payload(*steps_to_payload(steps))
+    assert back.chains == steps.chains and back.added == steps.added
+    assert back.paths == steps.paths and back.manifest == steps.manifest
+    assert (back.file_rows, back.delete_rows, back.cache_hits) == (2, 1, 1)
+    for name in ("key_rows", "file_ids", "positions"):
+        assert getattr(back, name).tolist() == getattr(steps, name).tolist()
+
+
+def test_a_payload_naming_a_file_it_does_not_list_is_refused() -> None:
+    payload, matches = steps_to_payload(_steps((), [0], ("a",), [0], [1]))
+    with pytest.raises(ValueError, match="names a file"):
+        steps_from_payload(payload.replace('"paths":["a"]', '"paths":[]'), matches)
+
+
+def test_two_tasks_merge_into_the_batchs_keys_and_one_chain_a_shard() -> None:
+    # Task 0: files' keys rows 0-1, deleted key row 2; task 1: files' keys 0-1, deleted 2.
+    # The batch: files' keys [t0 0, t0 1, t1 0, t1 1], then deleted [t0, t1].
+    t0 = _steps((ShardFile(0, "s0-base", 11, 7, ("d1", "t0")),), [0, 2], ("a",), [0, 0], [3, 9])
+    t1 = _steps(
+        (ShardFile(0, "s0-base", 9, 7, ("d1", "t1")), ShardFile(1, "s1-base", 5, 7, ())),
+        [1, 2],
+        ("b", "a"),
+        [0, 1],
+        [4, 1],
+    )
+    merged = merge_task_steps(
+        MANIFEST, "m.calvshards", [PlacedSteps(t0, 0, 0), PlacedSteps(t1, 2, 1)], 4, 2
+    )
+    assert isinstance(merged, MergedSteps)
+    m = merged.matches
+    assert m.key_rows.tolist() == [0, 3, 4, 5]
+    assert [m.file_path(f) for f in m.file_ids] == ["a", "b", "a", "a"]
+    assert m.positions.tolist() == [3, 4, 9, 1]
+    assert m.found.tolist() == [True, False, False, True, True, True]
+    by_shard = {r.chain.shard: r for r in merged.results}
+    assert by_shard[0].chain == ShardFile(0, "s0-base", 10 + 1 - 1, 7, ("d1", "t0", "t1"))
+    assert by_shard[1].chain == OTHER  # the task changed nothing there
+    assert merged.cache_hits == 2
+
+
+@pytest.mark.parametrize(
+    ("steps", "file_rows", "why"),
+    [
+        (_steps((), [], (), [], [], manifest="older.calvshards"), 2, "steps ran on"),
+        (_steps((), [], (), [], []), 3, "do not cover"),
+        (_steps((ShardFile(0, "other-base", 10, 7, ("d1", "t0")),), [], (), [], []), 2, "extend"),
+        (_steps((ShardFile(0, "s0-base", 10, 7, ("d1", "x", "y")),), [], (), [], []), 2, "extend"),
+    ],
+)
+def test_steps_that_do_not_make_the_batch_are_refused(
+    steps: TaskSteps, file_rows: int, why: str
+) -> None:
+    merged = merge_task_steps(MANIFEST, "m.calvshards", [PlacedSteps(steps, 0, 0)], file_rows, 1)
+    assert isinstance(merged, str) and why in merged
+
+
+def _index(tag: int) -> PrimaryKeyIndex:
+    index = PrimaryKeyIndex([1], [LONG])
+    index.snapshot_id = tag
+    return index
+
+
+def test_a_worker_holding_its_own_delta_applies_only_the_other_tasks() -> None:
+    cache = ShardCache()
+    cache.put(ShardFile(0, "base", 1, 7, ("d1", "mine")), _index(1), 1 << 30)
+    wanted = ShardFile(0, "base", 1, 8, ("d1", "theirs", "mine", "next"))
+    taken = cache.take_prefix(wanted)
+    assert taken is not None
+    index, start, held = taken
+    assert index.snapshot_id == 1 and wanted.deltas[start:] == ("theirs", "mine", "next")
+    assert held == "mine"  # skipped when the later deltas are applied
+
+
+@pytest.mark.parametrize(
+    "wanted",
+    [
+        ShardFile(0, "base", 1, 8, ("d1", "theirs")),  # the task's delta was never committed
+        ShardFile(0, "base", 1, 8, ("d0", "mine")),  # another history
+        ShardFile(0, "rebased", 1, 8, ("mine",)),  # a new base
+    ],
+)
+def test_a_cached_state_with_a_delta_the_chain_does_not_name_is_not_used(
+    wanted: ShardFile,
+) -> None:
+    cache = ShardCache()
+    cache.put(ShardFile(0, "base", 1, 7, ("d1", "mine")), _index(1), 1 << 30)
+    assert cache.take_prefix(wanted) is None
+    assert len(cache) == 1

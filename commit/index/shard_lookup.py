@@ -73,7 +73,8 @@ class ShardJob:
     #: decides; ``calving.index.driver-step-keys``).
     driver_step_keys: int = 0
     #: The steps run inside the batch's write tasks (``task_steps``): several tasks
-    #: step one shard, each writing a delta on the manifest's chain (never a base).
+    #: step one shard, each writing a delta on the manifest's chain (never a base) and
+    #: leaving the cached shard as that chain has it.
     in_task: bool = False
     #: The manifest's location (the tasks' steps name it back to the driver).
     manifest_location: str = ""
@@ -139,32 +140,17 @@ class ShardCache:
                 self.hits += 1
             return index
 
-    def take_prefix(self, chain: ShardFile) -> tuple[PrimaryKeyIndex, int, str | None] | None:
-        """The cached shard of the longest earlier state of ``chain``, with where
-        ``chain``'s deltas still to apply start and the one among them it already holds.
-
-        An earlier state is the base and the first ``n`` deltas (start ``n``, none
-        held), or those plus one later delta of ``chain`` (held): a write task's own
-        delta, which ``chain`` names after the deltas other tasks wrote for the same
-        batch on the same state. Those changes touch other keys and rows, so they apply
-        in any order. None when nothing cached fits."""
+    def take_prefix(self, chain: ShardFile) -> tuple[PrimaryKeyIndex, int] | None:
+        """The cached shard of the longest earlier state of ``chain`` (its base and
+        the first ``n`` of its deltas), and ``n``; None when none is cached."""
         wanted = _chain_key(chain)
         with self._lock:
-            best: tuple[tuple[str, ...], int, str | None] | None = None
-            for k in self._entries:
-                fit: tuple[tuple[str, ...], int, str | None]
-                if len(k) < len(wanted) and wanted[: len(k)] == k:
-                    fit = (k, len(k) - 1, None)
-                elif len(k) >= 2 and wanted[: len(k) - 1] == k[:-1] and k[-1] in wanted[len(k) :]:
-                    fit = (k, len(k) - 2, k[-1])
-                else:
-                    continue
-                if best is None or len(fit[0]) > len(best[0]):
-                    best = fit
+            earlier = [k for k in self._entries if len(k) < len(wanted) and wanted[: len(k)] == k]
+            best = max(earlier, key=len, default=None)
             if best is None:
                 return None
             self.hits += 1
-            return self._entries.pop(best[0]), best[1], best[2]
+            return self._entries.pop(best), len(best) - 1
 
     def put(self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int) -> None:
         with self._lock:
@@ -231,7 +217,10 @@ def resolve_one(
     located = (file_index.astype(np.uint64) << np.uint64(32)) | matches.positions.astype(np.uint64)
     after = before - len(np.unique(located)) + sum(len(f.positions) for f in request.added)
     new = _write_step(io, job, request, index, deleted, after)
-    CACHE.put(new, index, job.cache_bytes)
+    # A write task leaves its shard as the manifest has it: the batch's chain holds
+    # every task's delta, its own among them, which the next batch applies in order
+    # (and another task of this batch in this process finds the very chain).
+    CACHE.put(chain if job.in_task else new, index, job.cache_bytes)
     return ShardResult(
         new,
         matches.key_rows,
@@ -271,7 +260,8 @@ def _write_step(
         new = write_base(io, job.table_location, header, index)
     elif len(deleted) or request.added:
         location = write_delta(io, job.table_location, header, request.added, deleted)
-        apply_changes(index, request.added, deleted)
+        if not job.in_task:
+            apply_changes(index, request.added, deleted)
         new = ShardFile(
             chain.shard, chain.location, after, chain.base_snapshot, (*chain.deltas, location)
         )
@@ -295,12 +285,10 @@ def _shard(io: FileIO, manifest: ShardManifest, chain: ShardFile) -> tuple[Prima
     earlier = CACHE.take_prefix(chain)
     if earlier is None:
         return load_chain(io, manifest, chain), False
-    index, start, held = earlier
+    index, applied = earlier
     try:
         apply_aliases(index, manifest.aliases)  # files renamed after its last step
-        for location in chain.deltas[start:]:
-            if location == held:
-                continue
+        for location in chain.deltas[applied:]:
             added, deleted = read_delta(io, manifest, chain.shard, location)
             apply_changes(index, added, deleted)
             apply_aliases(index, manifest.aliases)

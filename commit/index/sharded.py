@@ -91,6 +91,8 @@ class Resolved:
     matches: Matches  # by the batch's key rows (``_touched_keys`` order)
     results: tuple[ShardResult, ...]
     cache_hits: int
+    #: Resolved by the write tasks: the longest task's steps, in seconds (else 0).
+    task_seconds: float = 0.0
 
     def deletes(self) -> dict[str, BitMap64]:
         return self.matches.deletes()
@@ -113,6 +115,8 @@ class ShardedIndex:
     in_tasks: int = 0
     #: Keys the last batch looked up (a small batch on small shards steps in the driver).
     last_keys: int = 0
+    #: Write tasks whose steps resolved the last batch (0: the separate stage did).
+    last_tasks: int = 0
 
     # ------------------------------------------------------------ opening
 
@@ -231,12 +235,15 @@ class ShardedIndex:
     def task_job(self, metadata: TableMetadata, max_deltas: int) -> ShardJob | None:
         """The job a batch's write tasks step their shards with (``task_steps``), or
         None when the batch's keys go to the separate stage: other writers' commits to
-        catch up, a chain to rebase (``max_deltas``), or a table whose shards are small
-        after a small batch (those steps are cheaper in the driver)."""
+        catch up, a chain to rebase, or a table whose shards are small after a small
+        batch (those steps are cheaper in the driver). A chain is rebased once it holds
+        ``max_deltas`` batches' deltas (each write task of a batch adds one: the last
+        batch's count of tasks stands for the next's)."""
         manifest = self._follow_key_types(metadata, self.open(metadata))
         if self.location is None or manifest.snapshot_id != metadata.current_snapshot_id:
             return None
-        if any(len(s.deltas) >= max_deltas for s in manifest.shards):
+        longest = max((len(s.deltas) for s in manifest.shards), default=0)
+        if longest + max(1, self.last_tasks) > max_deltas * max(1, self.last_tasks):
             return None
         small = TableProperties(metadata.properties).index_driver_step_keys
         if small and self.last_keys <= small and manifest.entries <= DRIVER_SHARD_ENTRIES:
@@ -272,8 +279,13 @@ class ShardedIndex:
             return None
         self.in_tasks += 1
         self.last_keys = file_rows + delete_rows
+        self.last_tasks = len(placed)
         return Resolved(
-            metadata.current_snapshot_id, merged.matches, merged.results, merged.cache_hits
+            metadata.current_snapshot_id,
+            merged.matches,
+            merged.results,
+            merged.cache_hits,
+            max(p.steps.seconds for p in placed),
         )
 
     def resolve(

@@ -309,6 +309,8 @@ class Coordinator:
             deletes = resolved.deletes()
             looked_up = time.monotonic()
             stats.phases["lookup"] = looked_up - started
+            if resolved.task_seconds:
+                stats.phases["task_steps"] = resolved.task_seconds
             if keys is not None and _keeps_row_ids(metadata):
                 before = parsed.files
                 parsed = keep_row_ids(

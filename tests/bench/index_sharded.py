@@ -204,7 +204,10 @@ def _cdc_table(catalogs: Any, keys: int) -> Any:
 def stream_child(args: argparse.Namespace) -> None:
     """A Debezium stream (``--records`` events over the table's keys, at most
     ``--max-offsets`` a batch) into a ``--keys``-key table in ``--stream`` mode, on the
-    master ``CALVING_BENCH_MASTER`` names: JSON on stdout."""
+    master ``CALVING_BENCH_MASTER`` names: JSON on stdout, with each batch's write job
+    (``writes``, seconds) and, in sharded mode, its longest write task's shard steps
+    (``task_steps``; 0: the separate stage resolved the batch). ``--shards 0``: the
+    shard count sharded mode picks for the table."""
     from calving.commit.table.actions.update_properties import UpdateProperties
     from calving.ingest.kafka.producer import produce
     from tests.bench import streaming
@@ -215,7 +218,7 @@ def stream_child(args: argparse.Namespace) -> None:
     catalogs = streaming.Catalogs.at(work)
     table = _cdc_table(catalogs, args.keys)
     props = {"calving.index.mode": args.stream}
-    if args.stream == "sharded":
+    if args.stream == "sharded" and args.shards:  # else the default for the table's rows
         props["calving.index.shards"] = str(args.shards)
     table.commit_or_raise(UpdateProperties(props))
     topic = streaming.new_topic(env, 2, "sharded")
@@ -235,6 +238,17 @@ def stream_child(args: argparse.Namespace) -> None:
         record(stats)
 
     sink.on_batch = on_batch
+    writes: list[float] = []
+    write = sink._write
+
+    def timed_write(*a: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return write(*a, **kw)
+        finally:
+            writes.append(time.perf_counter() - started)
+
+    sink._write = timed_write  # type: ignore[method-assign]  # timed: the write job alone
     before = streaming.cpu_seconds(env)
     seconds = streaming.drain(
         env, topic, sink, commits, work / "ckpt", max_offsets_per_trigger=args.max_offsets
@@ -249,7 +263,12 @@ def stream_child(args: argparse.Namespace) -> None:
         "cycles": [b - a for a, b in itertools.pairwise(marks)],
         "batches": len(marks),
         "cpu": sum(cpu.values()),
-        "phases": {k: statistics.median(p.get(k, 0.0) for p in phases) for k in phases[-1]},
+        "phases": {
+            k: statistics.median(p.get(k, 0.0) for p in phases)
+            for k in sorted({k for p in phases for k in p})
+        },
+        "task_steps": [round(p.get("task_steps", 0.0), 3) for p in phases],
+        "writes": [round(w, 2) for w in writes],
         "sharded": sink.coordinator.sharded is not None,
     }
     streaming.shutdown()
@@ -286,7 +305,8 @@ def run_stream(
     log(
         f"stream {mode} on {master}: {result['records'] / result['seconds']:,.0f} records/s, "
         f"{result['batches']} batches, cycle median {statistics.median(result['cycles']):.3f} s, "
-        f"phases {', '.join(f'{k} {v:.3f}' for k, v in result['phases'].items())}"
+        f"cycles {[round(c, 2) for c in result['cycles']]}, "
+        f"task steps {result.get('task_steps')}, writes {result.get('writes')}, phases {', '.join(f'{k} {v:.3f}' for k, v in result['phases'].items())}"
     )
     return result
 
@@ -469,7 +489,7 @@ def figures(quick: bool) -> list[Figure]:
     out += to_figures(small)
     out += stream_figures("local[2]", SMALL["keys"], 3000, SMALL["batch_rows"], 4)
     keys, records = (2_000_000, 200_000) if quick else (10_000_000, 600_000)
-    return out + stream_figures("cluster x2", keys, records, 50_000, 16)
+    return out + stream_figures("cluster x2", keys, records, 50_000, 0)  # default shards
 
 
 def main(argv: list[str] | None = None) -> None:

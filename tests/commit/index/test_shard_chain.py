@@ -161,5 +161,5 @@ def test_the_cache_hands_a_chain_out_once_and_evicts_the_oldest(sqlite_catalog: 
     first = replace(b, deltas=("d1",))
     cache.put(first, shard_index, 1 << 30)
     assert cache.take_prefix(replace(b, deltas=("d1x", "d2"))) is None  # another history
-    assert cache.take_prefix(replace(b, deltas=("d1", "d2"))) == (shard_index, 1, None)
+    assert cache.take_prefix(replace(b, deltas=("d1", "d2"))) == (shard_index, 1)
     assert len(cache) == 0

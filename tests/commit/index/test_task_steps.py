@@ -1,13 +1,11 @@
-"""The write tasks' shard steps as values: their codec, the driver's merge (and what it
-refuses), and the worker cache's use of a shard holding a task's own delta."""
+"""The write tasks' shard steps as values: their codec, and the driver's merge (and
+what it refuses)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from calving.commit.index.pk_index import PrimaryKeyIndex
-from calving.commit.index.shard_lookup import ShardCache
 from calving.commit.index.shards import ShardFile, ShardManifest
 from calving.commit.index.task_steps import (
     MergedSteps,
@@ -106,37 +104,3 @@ def test_steps_that_do_not_make_the_batch_are_refused(
 ) -> None:
     merged = merge_task_steps(MANIFEST, "m.calvshards", [PlacedSteps(steps, 0, 0)], file_rows, 1)
     assert isinstance(merged, str) and why in merged
-
-
-def _index(tag: int) -> PrimaryKeyIndex:
-    index = PrimaryKeyIndex([1], [LONG])
-    index.snapshot_id = tag
-    return index
-
-
-def test_a_worker_holding_its_own_delta_applies_only_the_other_tasks() -> None:
-    cache = ShardCache()
-    cache.put(ShardFile(0, "base", 1, 7, ("d1", "mine")), _index(1), 1 << 30)
-    wanted = ShardFile(0, "base", 1, 8, ("d1", "theirs", "mine", "next"))
-    taken = cache.take_prefix(wanted)
-    assert taken is not None
-    index, start, held = taken
-    assert index.snapshot_id == 1 and wanted.deltas[start:] == ("theirs", "mine", "next")
-    assert held == "mine"  # skipped when the later deltas are applied
-
-
-@pytest.mark.parametrize(
-    "wanted",
-    [
-        ShardFile(0, "base", 1, 8, ("d1", "theirs")),  # the task's delta was never committed
-        ShardFile(0, "base", 1, 8, ("d0", "mine")),  # another history
-        ShardFile(0, "rebased", 1, 8, ("mine",)),  # a new base
-    ],
-)
-def test_a_cached_state_with_a_delta_the_chain_does_not_name_is_not_used(
-    wanted: ShardFile,
-) -> None:
-    cache = ShardCache()
-    cache.put(ShardFile(0, "base", 1, 7, ("d1", "mine")), _index(1), 1 << 30)
-    assert cache.take_prefix(wanted) is None
-    assert len(cache) == 1

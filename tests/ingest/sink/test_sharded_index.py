@@ -22,6 +22,7 @@ from calving.commit.index import INDEX_LOCATION_PROPERTY, shard_lookup
 from calving.commit.index.shard_lookup import LocalResolver
 from calving.commit.index.sharded import ShardedIndex, names_shards
 from calving.commit.index.shards import read_manifest
+from calving.commit.index.task_steps import run_task_steps
 from calving.commit.io import FileIO
 from calving.commit.maintenance.compaction import compact
 from calving.commit.maintenance.compaction_plan import CompactionPolicy
@@ -34,6 +35,7 @@ from calving.commit.table.actions.update_schema import UpdateSchema
 from calving.commit.table.ledger import OffsetRange
 from calving.commit.table.table import Table, create_table
 from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
+from calving.ingest.sink.messages import DataFileWritten, KeysDeleted, ShardStepsTaken
 from calving.ingest.write.rewrite import local_rewrite
 from tests.support.cdc_history import Step, run_history, steps_strategy
 from tests.support.cdc_history import sqlite_catalog as cdc_sqlite_catalog
@@ -111,6 +113,62 @@ class Writer:
         ids = [i for i, _ in got]
         assert len(ids) == len(set(ids)), "a key has two live rows"
         assert dict(got) == self.expected
+
+
+def _task_batch(writer: Writer, upserts: dict[int, str], deletes: Sequence[int]) -> Any:
+    """A batch whose keys two write tasks (odd and even ids) resolve themselves."""
+    job = writer.coordinator.shard_job()
+    assert job is not None and job.in_task
+    messages: list[Any] = []
+    for task in (0, 1):
+        mine = {k: v for k, v in upserts.items() if k % 2 == task}
+        gone = [k for k in deletes if k % 2 == task]
+        rows = [row(i, payload=p) for i, p in mine.items()]
+        files = [
+            (f, writer._keys([m["id"] for m in members]))
+            for f, members in (write_partitioned(writer.table, rows) if rows else [])
+        ]
+        deleted = [writer._keys(gone)] if gone else []
+        messages += [DataFileWritten(f, k) for f, k in files]
+        messages += [KeysDeleted(k) for k in deleted]
+        messages.append(ShardStepsTaken(run_task_steps(job, files, deleted)))
+    parsed = ParsedMessages.of(messages)
+    records = len(upserts) + len(deletes)
+    parsed.ranges[(TOPIC, 0)] = OffsetRange(writer.offset, writer.offset + records)
+    writer.offset += records
+    prepared = writer.coordinator.prepare(writer.offset, parsed)
+    return writer.finish(prepared, upserts, deletes)
+
+
+def test_write_tasks_leave_their_worker_the_shard_as_the_manifest_names_it(
+    sqlite_catalog: Any,
+) -> None:
+    """Two write tasks in one process step the same shard: the second finds the shard
+    the first left (the manifest's chain, not the first task's delta applied), and the
+    next batch brings it forward by the batch's two deltas, read in order."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", "in_tasks"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0"},
+    )
+    writer = Writer(table, shards=1)
+    rng = random.Random(5)
+    shard_lookup.CACHE.clear()
+    for b in range(4):
+        upserts = {k: f"b{b}-{k}" for k in rng.sample(range(200), 40)}
+        live = sorted(set(writer.expected) - set(upserts))
+        hits, misses = shard_lookup.CACHE.hits, shard_lookup.CACHE.misses
+        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)))
+        if b:  # the first task: not the new chain (a miss) but its earlier state (a
+            # hit), brought forward; the second: the very chain the first left.
+            got = (shard_lookup.CACHE.hits, shard_lookup.CACHE.misses)
+            assert got == (hits + 2, misses + 1)
+        sharded = writer.coordinator.sharded
+        assert sharded is not None and sharded.manifest is not None
+        assert len(sharded.manifest.shards[0].deltas) == 2 * (b + 1)  # a delta a task
+    writer.check()
+    assert sharded.in_tasks == 4 and sharded.rebuilds == 0
 
 
 def _random_batches(writer: Writer, rng: random.Random, n: int, keys: int = 300) -> None:

@@ -148,10 +148,12 @@ INDEX_SHARDED_ROWS = IntProperty("calving.index.sharded-rows", 20_000_000, 0)
 #: Shards of a sharded index (a power of two; 0: chosen when sharding starts, about 2M
 #: keys a shard and at least two a core). Fixed once the shards exist.
 INDEX_SHARDS = PowerOfTwoProperty("calving.index.shards", 0, 0, 1 << 16)
-#: Delta files a shard's chain holds before its task writes a new base.
+#: Batches of deltas a shard's chain holds before a new base is written (one delta a
+#: batch from the separate stage, one a write task when the write tasks step).
 INDEX_SHARD_DELTAS = IntProperty("calving.index.shard-deltas", 16, 0, 10_000)
-#: Keys a batch may touch for its shard steps to run in the driver instead of a Spark
-#: job (when its shards are small too); 0: always on the executors.
+#: Keys a batch may touch for its shard steps to run in the driver instead of the
+#: executors (when its shards are small and the last batch was as small); 0: always on
+#: the executors.
 INDEX_DRIVER_STEP_KEYS = IntProperty("calving.index.driver-step-keys", 1_000, 0, 1_000_000)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
 #: refused until pyarrow can write Parquet VARIANT columns (see the reason).

@@ -321,6 +321,40 @@ def test_a_corrupt_shard_is_rebuilt(sqlite_catalog: Any, caplog: Any) -> None:
     assert sharded is not None and sharded.rebuilds == 1  # that shard alone
 
 
+def test_a_shard_a_write_task_cannot_read_is_rebuilt_by_the_separate_stage(
+    sqlite_catalog: Any, caplog: Any
+) -> None:
+    """A task that finds its shard's file corrupt reports it instead of failing: the
+    driver leaves the tasks' steps, rebuilds that shard alone and resolves the batch in
+    the separate stage; the next batches are the tasks' again."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", "corrupt_in_task"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0"},
+    )
+    writer = Writer(table)
+    rng = random.Random(6)
+    _random_batches(writer, rng, 2)
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    victim = sharded.manifest.shards[2]
+    path = victim.deltas[-1] if victim.deltas else victim.location
+    data = bytearray(table.io.read(path))
+    data[30] ^= 0xFF
+    with table.io.new_output_stream(path) as out:
+        out.write(bytes(data))
+    shard_lookup.CACHE.clear()
+    upserts = {k: f"c-{k}" for k in range(0, 300, 3)}  # keys in every shard
+    with caplog.at_level(logging.INFO):
+        _task_batch(writer, upserts, [])
+    assert "steps not used (shard 2: " in caplog.text
+    assert sharded.in_tasks == 0 and sharded.rebuilds == 1  # that shard alone
+    _task_batch(writer, {k: f"d-{k}" for k in range(1, 300, 3)}, [])
+    assert sharded.in_tasks == 1
+    writer.check()
+
+
 def test_switching_driver_to_sharded_and_back(sqlite_catalog: Any) -> None:
     table = create_table(sqlite_catalog, ("db", "switch"), EVENTS)
     writer = Writer(table, sharded=False)

@@ -35,6 +35,8 @@ ARROW_BATCH_ROWS = 10_000
 ARROW_BATCH_BYTES = 16 * 1024 * 1024
 #: librdkafka's ``fetch.wait.max.ms`` for range reads (unless ``kafka.fetch.wait.max.ms``).
 FETCH_WAIT_MAX_MS = 10
+#: librdkafka's ``fetch.queue.backoff.ms`` for range reads (unless the user sets it).
+FETCH_QUEUE_BACKOFF_MS = 10
 #: Partitions one prefetch assignment holds, at most. Every fetch request names each
 #: assigned partition not yet paused, and one whose records are all fetched but not yet
 #: consumed is asked again every ``fetch.wait.max.ms``: fewer at a time, fewer such asks.
@@ -89,6 +91,11 @@ def consumer_config(options: KafkaSourceOptions) -> dict[str, Any]:
     # new records; a long-polling fetch of the range read before would hold the next
     # range's first fetch back by up to fetch.wait.max.ms (500 ms by default).
     config.setdefault("fetch.wait.max.ms", FETCH_WAIT_MAX_MS)
+    # Once the client's queue of fetched records passes its thresholds, librdkafka holds
+    # every next fetch back by fetch.queue.backoff.ms (1,000 ms by default): a read of a
+    # range below a partition's end, whose tail was not yet fetched, then stalled for a
+    # second (25k records of a 200k-record partition: 1.04 s against 0.05 s).
+    config.setdefault("fetch.queue.backoff.ms", FETCH_QUEUE_BACKOFF_MS)
     return config
 
 

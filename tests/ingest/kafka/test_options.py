@@ -131,3 +131,7 @@ def test_consumer_config_owns_commit_and_reset_settings() -> None:
     assert config["fetch.wait.max.ms"] == 10
     mine = consumer_config(parse(subscribe="a", **{"kafka.fetch.wait.max.ms": "200"}))
     assert mine["fetch.wait.max.ms"] == "200"
+    # Nor does a full fetch queue hold the range's tail back for librdkafka's 1 s.
+    assert config["fetch.queue.backoff.ms"] == 10
+    theirs = consumer_config(parse(subscribe="a", **{"kafka.fetch.queue.backoff.ms": "500"}))
+    assert theirs["fetch.queue.backoff.ms"] == "500"

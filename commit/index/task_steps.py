@@ -76,9 +76,9 @@ def run_task_steps(
     file_rows = sum(k.num_rows for k in with_keys)
     delete_rows = (keys.num_rows if keys is not None else 0) - file_rows
     manifest = job.manifest
-    batch = BatchKeys.of(manifest, keys, files)
     out = TaskSteps(job.manifest_location, job.snapshot_id, file_rows, delete_rows)
     try:
+        batch = BatchKeys.of(manifest, keys, files)
         results = list(resolve_shards(job, batch.requests(manifest, None)))
     except CalvingError as err:  # the separate stage tries again, and names the failure
         return replace(out, unreadable=f"{type(err).__name__}: {err}")

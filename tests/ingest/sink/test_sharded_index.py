@@ -346,7 +346,7 @@ def test_a_shard_a_write_task_cannot_read_is_rebuilt_by_the_separate_stage(
         out.write(bytes(data))
     shard_lookup.CACHE.clear()
     upserts = {k: f"c-{k}" for k in range(0, 300, 3)}  # keys in every shard
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO, logger="calving.commit.index.sharded"):
         _task_batch(writer, upserts, [])
     assert "steps not used (shard 2: " in caplog.text
     assert sharded.in_tasks == 0 and sharded.rebuilds == 1  # that shard alone

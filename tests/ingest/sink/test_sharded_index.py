@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from calving.commit.index import INDEX_LOCATION_PROPERTY, shard_lookup
 from calving.commit.index.shard_lookup import LocalResolver
 from calving.commit.index.sharded import ShardedIndex, names_shards
-from calving.commit.index.shards import read_manifest
+from calving.commit.index.shards import ShardFile, read_manifest
 from calving.commit.index.task_steps import run_task_steps
 from calving.commit.io import FileIO
 from calving.commit.maintenance.compaction import compact
@@ -297,6 +297,17 @@ def test_a_compaction_beside_the_stream_is_followed(sqlite_catalog: Any) -> None
     assert writer.coordinator.sharded is not None and writer.coordinator.sharded.rebuilds == 0
 
 
+def _corrupt_last_file(table: Table, shard: ShardFile) -> None:
+    """Flip a byte of the shard's newest file (its last delta, or its base) and empty
+    this process's shard cache, so the next step must read the file."""
+    path = shard.deltas[-1] if shard.deltas else shard.location
+    data = bytearray(table.io.read(path))
+    data[30] ^= 0xFF
+    with table.io.new_output_stream(path) as out:
+        out.write(bytes(data))
+    shard_lookup.CACHE.clear()
+
+
 def test_a_corrupt_shard_is_rebuilt(sqlite_catalog: Any, caplog: Any) -> None:
     table = create_table(sqlite_catalog, ("db", "corrupt"), EVENTS)
     writer = Writer(table)
@@ -305,12 +316,7 @@ def test_a_corrupt_shard_is_rebuilt(sqlite_catalog: Any, caplog: Any) -> None:
     # The manifest the table names (a restart reads it).
     named = read_manifest(table.io, table.refresh().metadata.properties[INDEX_LOCATION_PROPERTY])
     victim = named.shards[1]
-    path = victim.deltas[-1] if victim.deltas else victim.location
-    data = bytearray(table.io.read(path))
-    data[30] ^= 0xFF
-    with table.io.new_output_stream(path) as out:
-        out.write(bytes(data))
-    shard_lookup.CACHE.clear()
+    _corrupt_last_file(table, victim)
     writer.restart()
     with caplog.at_level(logging.WARNING):
         _random_batches(writer, rng, 3)
@@ -339,12 +345,7 @@ def test_a_shard_a_write_task_cannot_read_is_rebuilt_by_the_separate_stage(
     sharded = writer.coordinator.sharded
     assert sharded is not None and sharded.manifest is not None
     victim = sharded.manifest.shards[2]
-    path = victim.deltas[-1] if victim.deltas else victim.location
-    data = bytearray(table.io.read(path))
-    data[30] ^= 0xFF
-    with table.io.new_output_stream(path) as out:
-        out.write(bytes(data))
-    shard_lookup.CACHE.clear()
+    _corrupt_last_file(table, victim)
     upserts = {k: f"c-{k}" for k in range(0, 300, 3)}  # keys in every shard
     with caplog.at_level(logging.INFO, logger="calving.commit.index.sharded"):
         _task_batch(writer, upserts, [])

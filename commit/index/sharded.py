@@ -113,8 +113,9 @@ class ShardedIndex:
     rebuilds: int = 0
     #: Batches whose keys the write tasks resolved (``task_steps``).
     in_tasks: int = 0
-    #: Keys the last batch looked up (a small batch on small shards steps in the driver).
-    last_keys: int = 0
+    #: Keys the last batch looked up (a small batch on small shards steps in the driver;
+    #: None before the first batch, whose size is not known: its write tasks step).
+    last_keys: int | None = None
     #: Write tasks whose steps resolved the last batch (0: the separate stage did).
     last_tasks: int = 0
 
@@ -246,7 +247,13 @@ class ShardedIndex:
         if longest + max(1, self.last_tasks) > max_deltas * max(1, self.last_tasks):
             return None
         small = TableProperties(metadata.properties).index_driver_step_keys
-        if small and self.last_keys <= small and manifest.entries <= DRIVER_SHARD_ENTRIES:
+        last = self.last_keys  # None: the first batch, of unknown size, steps in its tasks
+        if (
+            small
+            and last is not None
+            and last <= small
+            and manifest.entries <= DRIVER_SHARD_ENTRIES
+        ):
             return None
         return ShardJob(
             metadata.location,

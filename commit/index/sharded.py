@@ -26,6 +26,7 @@ next batch rebuilds every shard, by ``rebuild`` (the Spark tasks of
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -111,6 +112,8 @@ class ShardedIndex:
     manifest: ShardManifest | None = None
     location: str | None = None  # the manifest's file
     rebuilds: int = 0
+    #: Wall seconds the full rebuilds took.
+    rebuild_seconds: float = 0.0
     #: Batches whose keys the write tasks resolved (``task_steps``).
     in_tasks: int = 0
     #: Keys the last batch looked up (a small batch on small shards steps in the driver;
@@ -159,7 +162,9 @@ class ShardedIndex:
             count_full_rebuild()
             self.rebuilds += 1
         rebuild = self.rebuild if self.rebuild is not None and snapshot is not None else None
+        started = time.perf_counter()
         written = (rebuild or build_shards)(self.io, metadata, snapshot, count, ())
+        self.rebuild_seconds += time.perf_counter() - started
         ids, types = key_spec(metadata)
         live = scan.live_files(self.io, metadata, metadata.current_snapshot)
         manifest = ShardManifest(

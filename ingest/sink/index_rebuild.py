@@ -1,21 +1,24 @@
 """The primary-key index rebuilt by Spark tasks, as shards, never by the driver reading
 the table.
 
-Two stages, one Spark job:
+Two Spark jobs, the second reading what the first wrote (no Spark shuffle: a cold
+executor's first shuffle cost about a second, the pieces' round trip through it as
+pickles more):
 
 1. **One task per group of data files** (``files_per_task``, default: two tasks per
    core). Each reads its files' key columns (``store.live_keys``: the rows the
-   file's deletion vector leaves live), encodes and hashes the keys, and emits one
-   ``ShardPiece`` per (file, shard): the keys and their positions. Only keys leave the
-   task, never rows.
-2. **Tasks by shard** (``partitionBy``: shard ``s`` goes to task ``s % tasks``, two
-   tasks per core by default). For each of its shards a task concatenates the pieces,
-   sorts them by hash and writes the shard's file (``commit.index.shards.write_shard``);
+   file's deletion vector leaves live), encodes and hashes the keys, and writes one
+   *piece file* a shard: the entries of its files whose keys fall in the shard, in
+   the index file format (checksummed), named by this rebuild, beside the shards. Only keys leave the task, never rows; it returns ``PieceFile`` values.
+2. **Tasks by shard** (shard ``s`` goes to task ``s % tasks``, two tasks per core by
+   default). For each of its shards a task reads the shard's piece files, sorts their
+   entries by hash and writes the shard's file (``commit.index.shards.write_shard``);
    an empty shard gets an empty file, so a manifest always names every shard.
 
-The driver reads only manifests (the live files and their DVs' locations), then writes
-the shard manifest naming what the tasks returned. Messages between driver and tasks
-are frozen dataclasses pickled by Spark (one encoder, one decoder).
+The driver reads only manifests (the live files and their DVs' locations), hands the
+piece files to the second job, writes the shard manifest naming what its tasks
+returned, and deletes the piece files (after a failure too). Messages between driver
+and tasks are frozen dataclasses pickled by Spark (one encoder, one decoder).
 
 ``rebuild_sharded`` returns the manifest; ``commit.index.shards.load_sharded`` merges
 its shards into a driver index.
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -33,14 +37,23 @@ from typing import Any
 import numpy as np
 
 from calving.commit.errors import CalvingError
+from calving.commit.index.index_file import (
+    IndexHeader,
+    UnreadableIndexError,
+    read_entries,
+    read_index_table,
+    write_entries,
+)
 from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
 from calving.commit.index.pk_index import PrimaryKeyIndex
 from calving.commit.index.shards import (
+    SHARDS_DIRECTORY,
     ShardFile,
     ShardHeader,
     ShardManifest,
     check_shard_count,
     load_sharded,
+    shard_metadata,
     shard_of,
     write_manifest,
     write_shard,
@@ -65,7 +78,7 @@ class IndexRebuildError(CalvingError):
 @dataclass(frozen=True)
 class RebuildJob:
     """What every task of one rebuild needs (``only``: the shards to write, all when
-    empty)."""
+    empty; ``exchange``: the prefix of its piece files' names)."""
 
     table_location: str
     table_uuid: str
@@ -75,9 +88,20 @@ class RebuildJob:
     shard_count: int
     io_properties: Mapping[str, str]
     only: frozenset[int] = frozenset()
+    exchange: str = ""
 
     def wants(self, shard: int) -> bool:
         return not self.only or shard in self.only
+
+    def header(self, shard: int) -> ShardHeader:
+        return ShardHeader(
+            self.table_uuid,
+            self.snapshot_id,
+            self.key_field_ids,
+            self.key_types,
+            shard,
+            self.shard_count,
+        )
 
 
 @dataclass(frozen=True)
@@ -98,8 +122,58 @@ class ShardPiece:
     positions: np.ndarray  # uint32
 
 
+@dataclass(frozen=True)
+class PieceFile:
+    """A stage-1 task's entries of one shard, written to ``location``."""
+
+    shard: int
+    location: str
+    entries: int
+
+
+@dataclass(frozen=True)
+class _Entries:
+    """Entries over a file table: entry ``i`` is key ``keys[i]`` at ``positions[i]``
+    of ``files[file_index[i]]``."""
+
+    files: tuple[tuple[str, int], ...]
+    keys: Keys
+    file_index: np.ndarray  # uint32
+    positions: np.ndarray  # uint32
+
+    @staticmethod
+    def merged(parts: Sequence[_Entries], int_mode: bool) -> _Entries:
+        files = tuple(sorted({f for p in parts for f in p.files}))
+        ids = {path: i for i, (path, _) in enumerate(files)}
+        remapped = [
+            np.array([ids[path] for path, _ in p.files], np.uint32)[p.file_index]
+            if len(p.files)
+            else np.empty(0, np.uint32)
+            for p in parts
+        ]
+        return _Entries(
+            files,
+            concat_keys([p.keys for p in parts], int_mode),
+            np.concatenate(remapped or [np.empty(0, np.uint32)]),
+            np.concatenate([p.positions for p in parts] or [np.empty(0, np.uint32)]),
+        )
+
+
+def _of_pieces(pieces: Sequence[ShardPiece], int_mode: bool) -> _Entries:
+    parts = [
+        _Entries(
+            ((p.path, p.row_count),),
+            p.keys,
+            np.zeros(len(p.positions), np.uint32),
+            np.asarray(p.positions, np.uint32),
+        )
+        for p in pieces
+    ]
+    return _Entries.merged(parts, int_mode)
+
+
 def keys_by_shard(job: RebuildJob, tasks: Iterable[FileTask]) -> Iterator[tuple[int, ShardPiece]]:
-    """Stage 1 (executor): (shard, piece) for each file's live keys, per shard."""
+    """The live keys of each file of ``tasks``, as (shard, piece) per shard."""
     io = FileIO(dict(job.io_properties))
     codec = KeyCodec(job.key_types, job.key_field_ids)
     for task in tasks:
@@ -117,49 +191,55 @@ def keys_by_shard(job: RebuildJob, tasks: Iterable[FileTask]) -> Iterator[tuple[
             yield int(s), ShardPiece(found.path, found.row_count, keys.take(rows), positions[rows])
 
 
-def write_shards(
-    job: RebuildJob, tasks: int, partition: int, pieces: Iterable[tuple[int, ShardPiece]]
-) -> Iterator[ShardFile]:
-    """Stage 2 (executor): the files of shards ``partition``, ``partition + tasks``, ...
-    from their pieces (an empty shard gets an empty file)."""
-    by_shard: dict[int, list[ShardPiece]] = {
-        s: [] for s in range(partition, job.shard_count, tasks) if job.wants(s)
-    }
-    for shard, piece in pieces:
-        if shard not in by_shard:
-            raise IndexRebuildError(f"a piece of shard {shard} reached task {partition}")
-        by_shard[shard].append(piece)
+def write_pieces(job: RebuildJob, partition: int, tasks: Iterable[FileTask]) -> Iterator[PieceFile]:
+    """Stage 1 (executor): one piece file a shard the task's files have keys in."""
+    by_shard: dict[int, list[ShardPiece]] = {}
+    for shard, piece in keys_by_shard(job, tasks):
+        by_shard.setdefault(shard, []).append(piece)
     io = FileIO(dict(job.io_properties))
-    for shard, got in by_shard.items():
-        yield _write_shard(io, job, shard, got)
+    int_mode = _int_mode(job)
+    for shard, pieces in sorted(by_shard.items()):
+        e = _of_pieces(pieces, int_mode)
+        location = f"{job.exchange}-s{shard}-t{partition}.calvpiece"
+        md = shard_metadata(job.header(shard), e.files)
+        write_entries(io, location, md, e.keys, e.file_index, e.positions)
+        yield PieceFile(shard, location, len(e.keys))
 
 
-def _write_shard(io: FileIO, job: RebuildJob, shard: int, got: list[ShardPiece]) -> ShardFile:
-    files = sorted({(p.path, p.row_count) for p in got})
-    ids = {path: i for i, (path, _) in enumerate(files)}
-    keys = concat_keys([p.keys for p in got], _int_mode(job))
-    file_index = np.concatenate(
-        [np.full(len(p.positions), ids[p.path], np.uint32) for p in got] or [np.empty(0, np.uint32)]
-    )
-    positions = np.concatenate([p.positions for p in got] or [np.empty(0, np.uint32)])
-    header = ShardHeader(
-        job.table_uuid, job.snapshot_id, job.key_field_ids, job.key_types, shard, job.shard_count
-    )
-    return write_shard(io, job.table_location, header, keys, file_index, positions, files)
+def _read_piece(io: FileIO, job: RebuildJob, piece: PieceFile) -> _Entries:
+    table = read_index_table(io, piece.location)
+    header = IndexHeader.parse(piece.location, table.schema.metadata or {})
+    keys, file_index, positions = read_entries(piece.location, table)
+    if (header.table_uuid, header.snapshot_id) != (job.table_uuid, job.snapshot_id) or len(
+        keys
+    ) != piece.entries:
+        raise UnreadableIndexError(piece.location, "not the piece file stage 1 wrote")
+    return _Entries(tuple(header.files), keys, file_index, positions)
+
+
+def write_shards(
+    job: RebuildJob, groups: Iterable[Sequence[tuple[int, tuple[PieceFile, ...]]]]
+) -> Iterator[ShardFile]:
+    """Stage 2 (executor): the file of each shard of the task's group, from the
+    shard's piece files (an empty shard gets an empty file)."""
+    io = FileIO(dict(job.io_properties))
+    int_mode = _int_mode(job)
+    for group in groups:
+        for shard, pieces in group:
+            e = _Entries.merged([_read_piece(io, job, p) for p in pieces], int_mode)
+            yield write_shard(
+                io,
+                job.table_location,
+                job.header(shard),
+                e.keys,
+                e.file_index,
+                e.positions,
+                e.files,
+            )
 
 
 def _int_mode(job: RebuildJob) -> bool:
     return KeyCodec(job.key_types, job.key_field_ids).int_mode
-
-
-@dataclass(frozen=True)
-class _TaskOfShard:
-    """Shard ``s`` goes to stage-2 task ``s % tasks``."""
-
-    tasks: int
-
-    def __call__(self, shard: int) -> int:
-        return shard % self.tasks
 
 
 def rebuild_sharded(
@@ -231,6 +311,7 @@ def rebuild_shards(
         FileTask(live.data[p].data_file, dv.data_file if (dv := live.dvs.get(p)) else None)
         for p in paths
     ]
+    exchange = f"{metadata.location.rstrip('/')}/{SHARDS_DIRECTORY}/rebuild-{uuid.uuid4()}"
     job = RebuildJob(
         metadata.location,
         metadata.table_uuid,
@@ -240,6 +321,7 @@ def rebuild_shards(
         shard_count,
         dict(io_properties),
         frozenset(int(s) for s in only),
+        exchange,
     )
     wanted = sorted(job.only) if job.only else list(range(shard_count))
     sc = spark.sparkContext
@@ -248,17 +330,23 @@ def rebuild_shards(
         slices = max(1, -(-len(tasks) // files_per_task))
     else:
         slices = max(1, min(len(tasks), 2 * cores))
-    reducers = min(shard_count, shard_tasks if shard_tasks > 0 else 2 * cores)
+    reducers = min(len(wanted), shard_tasks if shard_tasks > 0 else 2 * cores)
     # No job group of its own: inside foreachBatch the job stays in the streaming
     # query's group, so stopping the query cancels it.
     described = sc.getLocalProperty("spark.job.description")
     sc.setJobDescription(f"calving index rebuild: {len(tasks)} file(s), {len(wanted)} shard(s)")
+    pieces: list[PieceFile] = []
     try:
+        if tasks:
+            pieces = (
+                sc.parallelize(tasks, slices)
+                .mapPartitionsWithIndex(at_task_end(partial(write_pieces, job)))
+                .collect()
+            )
+        groups = _by_task(wanted, pieces, reducers)
         written: list[ShardFile] = (
-            sc.parallelize(tasks, slices)
-            .mapPartitions(at_task_end(partial(keys_by_shard, job)))
-            .partitionBy(reducers, _TaskOfShard(reducers))
-            .mapPartitionsWithIndex(at_task_end(partial(write_shards, job, reducers)))
+            sc.parallelize(groups, len(groups))
+            .mapPartitions(at_task_end(partial(write_shards, job)))
             .collect()
         )
     except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
@@ -266,12 +354,40 @@ def rebuild_shards(
         raise IndexRebuildError(f"index rebuild job failed: {text}") from None
     finally:
         sc.setLocalProperty("spark.job.description", described)
+        delete_piece_files(io, exchange, pieces)
     written.sort(key=lambda s: s.shard)
     if [s.shard for s in written] != wanted:
         raise IndexRebuildError(
             f"index rebuild returned shards {[s.shard for s in written]}, wanted {wanted}"
         )
     return written
+
+
+def _by_task(
+    wanted: Sequence[int], pieces: Sequence[PieceFile], tasks: int
+) -> list[list[tuple[int, tuple[PieceFile, ...]]]]:
+    """Stage 2's work: ``wanted[i]`` and its piece files go to task ``i % tasks``."""
+    of: dict[int, list[PieceFile]] = {s: [] for s in wanted}
+    for piece in pieces:
+        if piece.shard not in of:
+            raise IndexRebuildError(f"stage 1 wrote a piece of shard {piece.shard}, not wanted")
+        of[piece.shard].append(piece)
+    groups: list[list[tuple[int, tuple[PieceFile, ...]]]] = [[] for _ in range(max(1, tasks))]
+    for i, shard in enumerate(wanted):
+        groups[i % len(groups)].append((shard, tuple(of[shard])))
+    return [g for g in groups if g]
+
+
+def delete_piece_files(io: FileIO, exchange: str, pieces: Sequence[PieceFile]) -> None:
+    """The piece files: those stage 1 returned, or (after a failure) whatever it left."""
+    locations = [p.location for p in pieces]
+    if not locations:
+        try:
+            locations = io.list_prefix(exchange + "-")
+        except (CalvingError, OSError) as err:
+            log.info("could not list %s: %s", exchange, err)
+    for location in locations:
+        _delete_quietly(io, location)
 
 
 # ---------------------------------------------------------------- the driver index

@@ -270,6 +270,8 @@ def stream_child(args: argparse.Namespace) -> None:
         "task_steps": [round(p.get("task_steps", 0.0), 3) for p in phases],
         "writes": [round(w, 2) for w in writes],
         "sharded": sink.coordinator.sharded is not None,
+        "rebuild_s": round(getattr(sink.coordinator.sharded, "rebuild_seconds", 0.0), 2),
+        "first_phases": {k: round(v, 3) for k, v in phases[0].items()} if phases else {},
     }
     streaming.shutdown()
     print(json.dumps(out))
@@ -306,7 +308,10 @@ def run_stream(
         f"stream {mode} on {master}: {result['records'] / result['seconds']:,.0f} records/s, "
         f"{result['batches']} batches, cycle median {statistics.median(result['cycles']):.3f} s, "
         f"cycles {[round(c, 2) for c in result['cycles']]}, "
-        f"task steps {result.get('task_steps')}, writes {result.get('writes')}, phases {', '.join(f'{k} {v:.3f}' for k, v in result['phases'].items())}"
+        f"task steps {result.get('task_steps')}, writes {result.get('writes')}, "
+        f"phases {', '.join(f'{k} {v:.3f}' for k, v in result['phases'].items())}; "
+        f"first batch: phases {result.get('first_phases')}, shards rebuilt in "
+        f"{result.get('rebuild_s')} s; drain {result['seconds']:.2f} s"
     )
     return result
 

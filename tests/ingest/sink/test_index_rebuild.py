@@ -44,6 +44,12 @@ from tests.support.tables import EVENTS
 pytestmark = pytest.mark.integration
 
 
+def piece_files(table: Any) -> list[str]:
+    """Stage 1's piece files left under the table's shards."""
+    shards = f"{table.metadata.location}/{SHARDS_DIRECTORY}/"
+    return [p for p in table.io.list_prefix(shards) if p.endswith(".calvpiece")]
+
+
 def shard_contents(io: Any, manifest: Any) -> list[list[tuple[Any, str, int]]]:
     """Per shard, its sorted (key, file, position) entries."""
     file_ids = {p: i for i, (p, _) in enumerate(manifest.files)}
@@ -84,6 +90,7 @@ def test_spark_shards_equal_the_drivers(
     assert shard_contents(io, manifest) == shard_contents(io, reference)
     merged = load_sharded(io, location, table.metadata)
     assert entries(merged) == entries(driver)
+    assert piece_files(table) == []  # stage 2 read them; the driver deleted them
 
 
 def test_a_table_without_snapshots_gets_empty_shards(spark: Any, sqlite_catalog: Any) -> None:
@@ -101,6 +108,19 @@ def test_a_failing_task_fails_the_rebuild_in_one_line(spark: Any, sqlite_catalog
     with pytest.raises(IndexRebuildError, match=r"^index rebuild job failed: ") as err:
         rebuild_sharded(spark, table.io, table.metadata, 4, table.io.properties)
     assert "\n" not in str(err.value)
+
+
+def test_a_failed_rebuild_leaves_no_piece_files(sqlite_catalog: Any) -> None:
+    """After a failed job the driver does not know which piece files its tasks wrote:
+    it deletes every file named by the rebuild, and no other."""
+    table = sharded_table(sqlite_catalog, "int")
+    shards = f"{table.metadata.location}/{SHARDS_DIRECTORY}"
+    mine = [f"{shards}/rebuild-1234-s{s}-t0.calvpiece" for s in range(3)]
+    other = f"{shards}/rebuild-5678-s0-t0.calvpiece"
+    for location in [*mine, other]:
+        table.io.write(location, b"entries")
+    index_rebuild.delete_piece_files(table.io, f"{shards}/rebuild-1234", [])
+    assert piece_files(table) == [other]
 
 
 @pytest.mark.parametrize("threshold,on_executors", [("0", True), (None, False)])

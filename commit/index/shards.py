@@ -17,6 +17,9 @@ Files, under ``<table location>/metadata/calving-index/shards/``:
   ``CALVSHM\\0``, version, length, CRC-32) around JSON: the table, snapshot, key, ``S``,
   the shard function, the snapshot's live data files with their row counts (the global
   file table) and each shard's file and entry count.
+* while the executors rebuild shards, their piece files
+  (``rebuild-<uuid>-s<shard>-t<task>.calvpiece``, index files too), deleted when the
+  rebuild ends (``calving.ingest.sink.index_rebuild``).
 
 ``load_sharded`` reads a manifest's shards and merges them into one ``PrimaryKeyIndex``
 (the driver-resident index), checking every shard against the manifest: the checksum,

@@ -9,7 +9,8 @@ pickles more):
    core). Each reads its files' key columns (``store.live_keys``: the rows the
    file's deletion vector leaves live), encodes and hashes the keys, and writes one
    *piece file* a shard: the entries of its files whose keys fall in the shard, in
-   the index file format (checksummed), named by this rebuild, beside the shards. Only keys leave the task, never rows; it returns ``PieceFile`` values.
+   the index file format (checksummed), named by this rebuild, beside the shards.
+   Only keys leave the task, never rows; it returns ``PieceFile`` values.
 2. **Tasks by shard** (shard ``s`` goes to task ``s % tasks``, two tasks per core by
    default). For each of its shards a task reads the shard's piece files, sorts their
    entries by hash and writes the shard's file (``commit.index.shards.write_shard``);

@@ -47,6 +47,7 @@ from calving.commit.index.index_file import (
 )
 from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
 from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.index.shard_lookup import CACHE
 from calving.commit.index.shards import (
     SHARDS_DIRECTORY,
     ShardFile,
@@ -67,7 +68,7 @@ from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.types import PrimitiveType
 from calving.commit.table import scan
 from calving.commit.table.summary import live_rows
-from calving.ingest.sink.worker_gc import at_task_end
+from calving.ingest.sink import spark_tasks
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,10 @@ class RebuildJob:
     io_properties: Mapping[str, str]
     only: frozenset[int] = frozenset()
     exchange: str = ""
+    #: Sharded mode: each stage-2 task keeps the shards it wrote in its Python worker's
+    #: cache (``shard_lookup.CACHE``, up to this many bytes), where the batch's write
+    #: tasks, run by the same workers, find them (0: not kept).
+    cache_bytes: int = 0
 
     def wants(self, shard: int) -> bool:
         return not self.only or shard in self.only
@@ -228,7 +233,7 @@ def write_shards(
     for group in groups:
         for shard, pieces in group:
             e = _Entries.merged([_read_piece(io, job, p) for p in pieces], int_mode)
-            yield write_shard(
+            written = write_shard(
                 io,
                 job.table_location,
                 job.header(shard),
@@ -237,6 +242,25 @@ def write_shards(
                 e.positions,
                 e.files,
             )
+            if job.cache_bytes:
+                index = PrimaryKeyIndex.from_entries(
+                    job.key_field_ids,
+                    job.key_types,
+                    e.keys,
+                    e.file_index,
+                    e.positions,
+                    e.files,
+                    table_uuid=job.table_uuid,
+                    snapshot_id=job.snapshot_id,
+                )
+                CACHE.put(written, index, job.cache_bytes)
+            yield written
+
+
+def _write_group(
+    job: RebuildJob, task: int, group: Sequence[tuple[int, tuple[PieceFile, ...]]]
+) -> Iterator[ShardFile]:
+    return write_shards(job, [group])
 
 
 def _int_mode(job: RebuildJob) -> bool:
@@ -298,9 +322,11 @@ def rebuild_shards(
     key_field_ids: Sequence[int] | None = None,
     files_per_task: int = 0,
     shard_tasks: int = 0,
+    cache_bytes: int = 0,
 ) -> list[ShardFile]:
     """The base files of shards ``only`` (all when empty) of snapshot ``snapshot_id``
-    of the table, written by Spark tasks from its data files; in shard order."""
+    of the table, written by Spark tasks from its data files; in shard order.
+    ``cache_bytes``: the tasks keep the shards they wrote cached (``RebuildJob``)."""
     check_shard_count(shard_count, "shard_count")
     ids, types = key_spec(metadata, key_field_ids)
     snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
@@ -323,32 +349,36 @@ def rebuild_shards(
         dict(io_properties),
         frozenset(int(s) for s in only),
         exchange,
+        cache_bytes,
     )
     wanted = sorted(job.only) if job.only else list(range(shard_count))
     sc = spark.sparkContext
     cores = max(1, int(sc.defaultParallelism))
     if files_per_task > 0:
-        slices = max(1, -(-len(tasks) // files_per_task))
+        task_count = max(1, -(-len(tasks) // files_per_task))
     else:
-        slices = max(1, min(len(tasks), 2 * cores))
+        task_count = max(1, min(len(tasks), 2 * cores))
     reducers = min(len(wanted), shard_tasks if shard_tasks > 0 else 2 * cores)
     # No job group of its own: inside foreachBatch the job stays in the streaming
     # query's group, so stopping the query cancels it.
     described = sc.getLocalProperty("spark.job.description")
     sc.setJobDescription(f"calving index rebuild: {len(tasks)} file(s), {len(wanted)} shard(s)")
     pieces: list[PieceFile] = []
+    started = time.monotonic()
     try:
-        if tasks:
-            pieces = (
-                sc.parallelize(tasks, slices)
-                .mapPartitionsWithIndex(at_task_end(partial(write_pieces, job)))
-                .collect()
-            )
+        chunks = spark_tasks.slices(tasks, task_count)
+        pieces = spark_tasks.run_tasks(spark, partial(write_pieces, job), chunks)
+        pieced = time.monotonic()
         groups = _by_task(wanted, pieces, reducers)
-        written: list[ShardFile] = (
-            sc.parallelize(groups, len(groups))
-            .mapPartitions(at_task_end(partial(write_shards, job)))
-            .collect()
+        written: list[ShardFile] = spark_tasks.run_tasks(spark, partial(_write_group, job), groups)
+        log.info(
+            "index rebuild: %d file(s) in %d task(s) %.2fs, %d shard(s) in %d task(s) %.2fs",
+            len(tasks),
+            len(chunks),
+            pieced - started,
+            len(wanted),
+            len(groups),
+            time.monotonic() - pieced,
         )
     except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
         text = " ".join(str(err).split())[:300] or type(err).__name__

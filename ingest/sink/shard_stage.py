@@ -17,13 +17,14 @@ pickled by Spark (one encoder, one decoder).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from calving.commit.errors import CalvingError
 from calving.commit.index.shard_lookup import (
+    DEFAULT_CACHE_BYTES,
     DRIVER_SHARD_ENTRIES,
     ShardJob,
     ShardRequest,
@@ -37,7 +38,7 @@ from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.summary import live_rows
 from calving.commit.table.table import Table
 from calving.ingest.sink.index_rebuild import rebuild_shards, shards_for
-from calving.ingest.sink.worker_gc import at_task_end
+from calving.ingest.sink.spark_tasks import run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +52,8 @@ class ShardStageError(CalvingError):
     """The Spark job of a batch's stage 2 failed (its message names the cause)."""
 
 
-def _steps(job: ShardJob, groups: Any) -> Any:
-    return resolve_shards(job, (request for group in groups for request in group))
+def _steps(job: ShardJob, task: int, group: Sequence[ShardRequest]) -> Iterator[ShardResult]:
+    return resolve_shards(job, group)
 
 
 @dataclass
@@ -83,12 +84,7 @@ class SparkShardResolver:
         for r in requests:
             groups[r.shard % tasks].append(r)
         try:
-            # One slice a group, so no shuffle: ``parallelize`` keeps the list's order.
-            results: list[ShardResult] = (
-                sc.parallelize(groups, tasks)
-                .mapPartitions(at_task_end(partial(_steps, job)))
-                .collect()
-            )
+            results = run_tasks(self.spark, partial(_steps, job), [g for g in groups if g])
         except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
             text = " ".join(str(err).split())[:300] or type(err).__name__
             raise ShardStageError(f"index shard job failed: {text}") from None
@@ -113,7 +109,14 @@ class SparkShardRebuild:
         only: Sequence[int],
     ) -> list[ShardFile]:
         return rebuild_shards(
-            self.spark, io, metadata, snapshot_id, shard_count, self.io_properties, only=only
+            self.spark,
+            io,
+            metadata,
+            snapshot_id,
+            shard_count,
+            self.io_properties,
+            only=only,
+            cache_bytes=DEFAULT_CACHE_BYTES,
         )
 
 

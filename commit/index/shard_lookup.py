@@ -23,7 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
@@ -78,6 +78,13 @@ class ShardJob:
     in_task: bool = False
     #: The manifest's location (the tasks' steps name it back to the driver).
     manifest_location: str = ""
+    #: In-task steps: the shards whose chains are due for a rebase. A task stepping
+    #: one writes the manifest's chain as a new base (the same rows in every task) and
+    #: its delta on that; the driver keeps one task's base (``task_steps``).
+    rebase: frozenset[int] = frozenset()
+    #: Bases that in-task rebases wrote, each with the chain (base, then deltas) whose
+    #: rows it holds: a worker that cached that chain uses it for the base.
+    rebased: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -140,12 +147,15 @@ class ShardCache:
                 self.hits += 1
             return index
 
-    def take_prefix(self, chain: ShardFile) -> tuple[PrimaryKeyIndex, int] | None:
+    def take_prefix(self, chain: ShardFile, deltas: int = 0) -> tuple[PrimaryKeyIndex, int] | None:
         """The cached shard of the longest earlier state of ``chain`` (its base and
-        the first ``n`` of its deltas), and ``n``; None when none is cached."""
+        the first ``n`` of its deltas, ``n`` at least ``deltas``), and ``n``; None when
+        none is cached."""
         wanted = _chain_key(chain)
         with self._lock:
-            earlier = [k for k in self._entries if len(k) < len(wanted) and wanted[: len(k)] == k]
+            earlier = [
+                k for k in self._entries if deltas < len(k) < len(wanted) and wanted[: len(k)] == k
+            ]
             best = max(earlier, key=len, default=None)
             if best is None:
                 return None
@@ -197,7 +207,7 @@ def resolve_one(
     manifest = job.manifest
     chain = manifest.shards[request.shard]
     try:
-        index, hit = _shard(io, manifest, chain)
+        index, hit = _shard(io, manifest, chain, job.rebased)
     except (UnreadableIndexError, FileNotFoundInTableError) as err:
         none = np.empty(0, np.int64)
         return ShardResult(chain, none, (), none, none, False, unreadable=str(err))
@@ -255,7 +265,19 @@ def _write_step(
         manifest.shard_count,
     )
     rebase = job.catch_up is not None or len(chain.deltas) >= job.max_deltas
-    if rebase and not job.in_task:
+    if job.in_task and request.shard in job.rebase:
+        # ``index`` holds the manifest's chain (a write task does not apply its own
+        # changes): that chain as a base, then this task's delta on it.
+        base = write_base(io, job.table_location, header, index)
+        if base.entries != chain.entries:
+            raise IndexUpdateError(
+                f"shard {request.shard}: rebased to {base.entries} entries, not {chain.entries}"
+            )
+        deltas: tuple[str, ...] = ()
+        if len(deleted) or request.added:
+            deltas = (write_delta(io, job.table_location, header, request.added, deleted),)
+        new = ShardFile(chain.shard, base.location, after, base.base_snapshot, deltas)
+    elif rebase and not job.in_task:
         apply_changes(index, request.added, deleted)
         new = write_base(io, job.table_location, header, index)
     elif len(deleted) or request.added:
@@ -274,21 +296,33 @@ def _write_step(
     return new
 
 
-def _shard(io: FileIO, manifest: ShardManifest, chain: ShardFile) -> tuple[PrimaryKeyIndex, bool]:
+def _shard(
+    io: FileIO,
+    manifest: ShardManifest,
+    chain: ShardFile,
+    rebased: Mapping[str, tuple[str, ...]],
+) -> tuple[PrimaryKeyIndex, bool]:
     """The shard's index and whether the cache had it: the very chain, or an earlier
-    state of it that the chain's later deltas (read from storage) bring forward, or
-    else the whole chain read."""
+    state of it that the chain's later deltas (read from storage) bring forward (its
+    base may be a rebase of a cached chain: ``rebased``), or else the whole chain read."""
     index = CACHE.take(chain)
     if index is not None:
         apply_aliases(index, manifest.aliases)
         return index, True
+    same = chain
     earlier = CACHE.take_prefix(chain)
+    if earlier is None and chain.location in rebased:
+        # The base holds the rows of an earlier chain: that chain, whole, and then
+        # this chain's deltas.
+        held = rebased[chain.location]
+        same = replace(chain, location=held[0], deltas=(*held[1:], *chain.deltas))
+        earlier = CACHE.take_prefix(same, len(held) - 1)
     if earlier is None:
         return load_chain(io, manifest, chain), False
     index, applied = earlier
     try:
         apply_aliases(index, manifest.aliases)  # files renamed after its last step
-        for location in chain.deltas[applied:]:
+        for location in same.deltas[applied:]:
             added, deleted = read_delta(io, manifest, chain.shard, location)
             apply_changes(index, added, deleted)
             apply_aliases(index, manifest.aliases)

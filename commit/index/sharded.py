@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 from pyroaring import BitMap64
 
-from calving.commit.errors import FileNotFoundInTableError
+from calving.commit.errors import CalvingError, FileNotFoundInTableError
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import KeyCodec
 from calving.commit.index.matches import Matches
@@ -121,6 +121,9 @@ class ShardedIndex:
     last_keys: int | None = None
     #: Write tasks whose steps resolved the last batch (0: the separate stage did).
     last_tasks: int = 0
+    #: Bases the write tasks' rebases wrote, each with the chain whose rows it holds
+    #: (``ShardJob.rebased``: a worker that cached that chain uses it).
+    rebased: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     # ------------------------------------------------------------ opening
 
@@ -241,16 +244,17 @@ class ShardedIndex:
     def task_job(self, metadata: TableMetadata, max_deltas: int) -> ShardJob | None:
         """The job a batch's write tasks step their shards with (``task_steps``), or
         None when the batch's keys go to the separate stage: other writers' commits to
-        catch up, a chain to rebase, or a table whose shards are small after a small
-        batch (those steps are cheaper in the driver). A chain is rebased once it holds
+        catch up, or a table whose shards are small after a small batch (those steps
+        are cheaper in the driver). The tasks rebase a chain once it holds
         ``max_deltas`` batches' deltas (each write task of a batch adds one: the last
         batch's count of tasks stands for the next's)."""
         manifest = self._follow_key_types(metadata, self.open(metadata))
         if self.location is None or manifest.snapshot_id != metadata.current_snapshot_id:
             return None
-        longest = max((len(s.deltas) for s in manifest.shards), default=0)
-        if longest + max(1, self.last_tasks) > max_deltas * max(1, self.last_tasks):
-            return None
+        tasks = max(1, self.last_tasks)
+        due = frozenset(
+            s.shard for s in manifest.shards if len(s.deltas) + tasks > max_deltas * tasks
+        )
         small = TableProperties(metadata.properties).index_driver_step_keys
         last = self.last_keys  # None: the first batch, of unknown size, steps in its tasks
         if (
@@ -269,6 +273,8 @@ class ShardedIndex:
             max_deltas=max_deltas,
             in_task=True,
             manifest_location=self.location,
+            rebase=due,
+            rebased=self.rebased,
         )
 
     def from_tasks(
@@ -292,6 +298,13 @@ class ShardedIndex:
         self.in_tasks += 1
         self.last_keys = file_rows + delete_rows
         self.last_tasks = len(placed)
+        bases = {r.chain.location for r in merged.results} | {s.location for s in manifest.shards}
+        self.rebased = {b: c for b, c in self.rebased.items() if b in bases} | merged.rebased
+        for spare in merged.spare:  # named by no chain
+            try:
+                self.io.delete(spare)
+            except (CalvingError, OSError) as err:
+                log.info("could not delete %s: %s", spare, err)
         return Resolved(
             metadata.current_snapshot_id,
             merged.matches,
@@ -352,6 +365,7 @@ class ShardedIndex:
             self.io_properties,
             max_deltas=max_deltas,
             driver_step_keys=TableProperties(metadata.properties).index_driver_step_keys,
+            rebased=self.rebased,
         )
         return tuple(self.resolver(job, requests))
 

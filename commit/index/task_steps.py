@@ -13,10 +13,12 @@ keys were at, and each stepped shard's chain ending in its own delta.
 one ``Matches`` over the batch's keys, and each shard's chain is the manifest's with
 every task's delta appended in task order. The deltas of one batch commute (other keys,
 other rows), which is also why a worker may keep its shard with only its own delta
-applied (``ShardCache.take_prefix``). A task never writes a base; a shard whose chain is
-long is rebased by the next batch's separate stage (``ShardedIndex.task_job`` hands the
-tasks no job then). Anything that does not fit (a shard a task could not read, steps on
-another manifest or snapshot, keys no step covered) returns None and the driver runs
+applied (``ShardCache.take_prefix``). A shard whose chain is long is rebased by the
+tasks that step it (``ShardJob.rebase``): each writes the manifest's chain as a new
+base, the same rows in every task, and its delta on that; the merged chain is the
+first task's base with every task's delta, and the other tasks' bases are spare (the
+driver deletes them). Anything that does not fit (a shard a task could not read, steps
+on another manifest or snapshot, keys no step covered) returns None and the driver runs
 the separate stage instead; the task's deltas are then named by nothing.
 """
 
@@ -118,6 +120,10 @@ class MergedSteps:
     matches: Matches
     results: tuple[ShardResult, ...]  # one a stepped shard: its chain after the batch
     cache_hits: int
+    #: Rebased shards: each kept base, with the manifest's chain whose rows it holds.
+    rebased: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: The bases of rebases that were not kept (no chain names them).
+    spare: tuple[str, ...] = ()
 
 
 def merge_task_steps(
@@ -151,10 +157,20 @@ def merge_task_steps(
         for chain, added in zip(s.chains, s.added):
             chains.setdefault(chain.shard, []).append((chain, added))
     merged = []
+    rebased: dict[str, tuple[str, ...]] = {}
+    spare: list[str] = []
     for shard, stepped in sorted(chains.items()):
-        extended = _merge_chain(manifest.shards[shard], [c for c, _ in stepped])
+        base = manifest.shards[shard]
+        extended = _merge_chain(base, manifest.snapshot_id, [c for c, _ in stepped])
         if extended is None:
             return f"shard {shard}: a task's chain does not extend the manifest's"
+        if extended.location != base.location:
+            rebased[extended.location] = (base.location, *base.deltas)
+            spare += [
+                c.location
+                for c, _ in stepped
+                if c.location not in (base.location, extended.location)
+            ]
         added = tuple(a for _, files in stepped for a in files)
         none = np.empty(0, np.int64)
         merged.append(ShardResult(extended, none, (), none, none, False, added))
@@ -166,7 +182,8 @@ def merge_task_steps(
     found = np.zeros(count, bool)
     found[kr] = True
     matches = Matches(found, kr[order], fi[order], po[order], list(paths))
-    return MergedSteps(matches, tuple(merged), sum(p.steps.cache_hits for p in placed))
+    hits = sum(p.steps.cache_hits for p in placed)
+    return MergedSteps(matches, tuple(merged), hits, rebased, tuple(spare))
 
 
 def _misfit(
@@ -189,20 +206,32 @@ def _misfit(
     return ""
 
 
-def _merge_chain(base: ShardFile, chains: Sequence[ShardFile]) -> ShardFile | None:
+def _merge_chain(
+    base: ShardFile, snapshot_id: int | None, chains: Sequence[ShardFile]
+) -> ShardFile | None:
     """``base`` with each task's delta appended (a task that changed nothing adds
-    none); None when a task's chain is not ``base`` plus at most one delta."""
-    deltas = list(base.deltas)
+    none); after a rebase (a task's chain starting at a base of its own, written at
+    the manifest's snapshot ``snapshot_id``), the first such base with every task's
+    delta. None when a task's chain is neither."""
+    location, base_snapshot, deltas = base.location, base.base_snapshot, list(base.deltas)
     entries = base.entries
     for c in chains:
-        if c.location != base.location or c.deltas[: len(base.deltas)] != base.deltas:
+        if c.location == base.location:
+            if c.deltas[: len(base.deltas)] != base.deltas:
+                return None
+            extra = c.deltas[len(base.deltas) :]
+        elif c.base_snapshot == snapshot_id:  # rebased: the manifest's chain as a base
+            extra = c.deltas
+            if location == base.location:
+                location, base_snapshot = c.location, c.base_snapshot
+                deltas = deltas[len(base.deltas) :]  # this batch's deltas, on the new base
+        else:
             return None
-        extra = c.deltas[len(base.deltas) :]
         if len(extra) > 1 or (not extra and c.entries != base.entries):
             return None
         deltas += extra
         entries += c.entries - base.entries
-    return ShardFile(base.shard, base.location, entries, base.base_snapshot, tuple(deltas))
+    return ShardFile(base.shard, location, entries, base_snapshot, tuple(deltas))
 
 
 # ---------------------------------------------------------------- the codec

@@ -104,3 +104,32 @@ def test_steps_that_do_not_make_the_batch_are_refused(
 ) -> None:
     merged = merge_task_steps(MANIFEST, "m.calvshards", [PlacedSteps(steps, 0, 0)], file_rows, 1)
     assert isinstance(merged, str) and why in merged
+
+
+@pytest.mark.parametrize("first_rebased", [True, False])
+def test_rebased_chains_merge_on_the_first_tasks_base(first_rebased: bool) -> None:
+    """Tasks that rebased shard 0 each wrote the manifest's chain as a base of their own
+    with their delta on it: the merged chain is the first such base with every task's
+    delta; the other base is spare, and the kept one holds the manifest's chain. A task
+    that did not rebase adds its delta all the same."""
+    t0_chain = (
+        ShardFile(0, "b-t0", 11, 7, ("t0",))
+        if first_rebased
+        else ShardFile(0, "s0-base", 11, 7, ("d1", "t0"))
+    )
+    t0 = _steps((t0_chain,), [0, 2], ("a",), [0, 0], [3, 9])
+    t1 = _steps((ShardFile(0, "b-t1", 9, 7, ("t1",)),), [1, 2], ("b",), [0, 0], [4, 1])
+    merged = merge_task_steps(
+        MANIFEST, "m.calvshards", [PlacedSteps(t0, 0, 0), PlacedSteps(t1, 2, 1)], 4, 2
+    )
+    assert isinstance(merged, MergedSteps)
+    kept = "b-t0" if first_rebased else "b-t1"
+    assert merged.results[0].chain == ShardFile(0, kept, 10, 7, ("t0", "t1"))
+    assert merged.rebased == {kept: ("s0-base", "d1")}
+    assert merged.spare == (("b-t1",) if first_rebased else ())
+
+
+def test_a_rebased_chain_at_another_snapshot_is_refused() -> None:
+    steps = _steps((ShardFile(0, "b-t0", 11, 6, ("t0",)),), [], (), [], [])
+    merged = merge_task_steps(MANIFEST, "m.calvshards", [PlacedSteps(steps, 0, 0)], 2, 1)
+    assert isinstance(merged, str) and "extend" in merged

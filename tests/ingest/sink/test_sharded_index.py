@@ -171,6 +171,44 @@ def test_write_tasks_leave_their_worker_the_shard_as_the_manifest_names_it(
     assert sharded.in_tasks == 4 and sharded.rebuilds == 0
 
 
+def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
+    sqlite_catalog: Any,
+) -> None:
+    """A chain due for a rebase is rebased by the write tasks stepping it (no separate
+    stage): each writes the manifest's chain as a base, the driver keeps the first and
+    deletes the other, and the next batch's steps take the cached chain that base holds
+    (a cache hit brought forward by the batch's deltas, not a load of the new base)."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", "rebase_in_tasks"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0", "calving.index.shard-deltas": "2"},
+    )
+    writer = Writer(table, shards=1)
+    rng = random.Random(6)
+    shard_lookup.CACHE.clear()
+    named: list[ShardFile] = []
+    for b in range(7):
+        upserts = {k: f"b{b}-{k}" for k in rng.sample(range(200), 40)}
+        live = sorted(set(writer.expected) - set(upserts))
+        hits, misses = shard_lookup.CACHE.hits, shard_lookup.CACHE.misses
+        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)))
+        if b:  # after a rebase too: the first task brings a cached chain forward
+            assert (shard_lookup.CACHE.hits, shard_lookup.CACHE.misses) == (hits + 2, misses + 1)
+        sharded = writer.coordinator.sharded
+        assert sharded is not None and sharded.manifest is not None
+        named.append(sharded.manifest.shards[0])
+    writer.check()
+    assert sharded.in_tasks == 7 and sharded.rebuilds == 0
+    # Two deltas a batch, rebased once the chain would pass 2 batches' deltas.
+    assert [len(c.deltas) for c in named] == [2, 4, 2, 4, 2, 4, 2]
+    bases = {c.location for c in named}
+    assert len(bases) == 4
+    shards_dir = f"{table.metadata.location}/metadata/calving-index/shards/"
+    on_storage = {f for f in table.io.list_prefix(shards_dir) if "-d-" not in f.rsplit("/", 1)[1]}
+    assert {f for f in on_storage if f.endswith(".calvidx")} == bases  # spare bases deleted
+
+
 def _random_batches(writer: Writer, rng: random.Random, n: int, keys: int = 300) -> None:
     for b in range(n):
         upserts = {k: f"b{b}-{k}" for k in rng.sample(range(keys), 40)}

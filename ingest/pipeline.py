@@ -300,7 +300,10 @@ class Pipeline:
         """The streaming DataFrame of the configured Kafka source, never reading below
         the table's ledger for this writer."""
         plan = SourcePlan(self.config.source, self.path)
-        return kafka_frame(self.spark, plan.spark_options(), self.sink.starting_ledger())
+        frame = kafka_frame(self.spark, plan.spark_options(), self.sink.starting_ledger())
+        if isinstance(self.sink, CalvingSink):
+            self.sink.open_early(self.spark)
+        return frame
 
     def start(self, available_now: bool = False) -> Any:
         """Start the streaming query (a processing-time trigger, or drain what is

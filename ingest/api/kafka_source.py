@@ -44,7 +44,9 @@ def kafka_stream(spark: Any, sink: RowsSink) -> Any:
     use_this_python(spark.sparkContext)
     from calving.ingest.pipeline import kafka_frame
 
-    return kafka_frame(spark, plan.spark_options(), sink.starting_ledger())
+    frame = kafka_frame(spark, plan.spark_options(), sink.starting_ledger())
+    sink.open_early(spark)
+    return frame
 
 
 __all__ = ["kafka_stream"]

@@ -241,6 +241,20 @@ class Coordinator:
     def keyed(self) -> bool:
         return bool(self.table.metadata.schema.identifier_field_ids)
 
+    def open_index(self) -> None:
+        """Open a keyed table's primary-key index at its current snapshot, as its next
+        batch would (sharded mode: the shard manifest, or the shards rebuilt)."""
+        if not self.keyed:
+            return
+        self.table.refresh()
+        metadata = self.table.metadata
+        if self.sharded is not None:
+            self.sharded.open(metadata)
+        else:
+            self.index_state = current_index(
+                self.table.io, self.index_state, metadata, self.rebuild
+            )
+
     def shard_job(self) -> ShardJob | None:
         """Sharded mode: the job the batch's write tasks step their shards with (None:
         not sharded, or the batch's keys are resolved by the separate stage)."""

@@ -10,6 +10,7 @@ columns (calving's own ``calving-kafka`` source or the JVM Kafka connector's).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
@@ -134,6 +135,8 @@ class CalvingSink:
         self.on_batch = on_batch
         self.metrics = metrics  # calving.ingest.metrics: endpoint figures and a JSON line per batch
         self._decoder: tuple[int, Decoder] | None = None
+        #: The index opening ahead of the first batch (``open_early``); that batch joins it.
+        self._opening: threading.Thread | None = None
         #: The ``calving-kafka`` options of a ``calving.emit = ranges`` DataFrame: the
         #: fused tasks read the records themselves.
         self.source_options = source_options
@@ -162,8 +165,45 @@ class CalvingSink:
             self._decoder = (schema.schema_id, self.make_decoder(schema))
         return self._decoder[1]
 
+    def open_early(self, spark: Any) -> None:
+        """The stream is starting: open the keyed table's primary-key index (rebuilding
+        it when lost; in sharded mode, its shards) in a thread of its own while the
+        query starts, so the first batch does not wait for all of it. The first batch
+        joins the thread; if opening failed there, it is logged and the batch opens the
+        index itself (and raises what it finds)."""
+        self._use(spark)
+        if self._opening is not None or not self.coordinator.keyed:
+            return
+        self._opening = threading.Thread(
+            target=self._open_index, name=f"calving-index-{self.writer_id}", daemon=True
+        )
+        self._opening.start()
+
+    def _open_index(self) -> None:
+        try:
+            self.coordinator.open_index()
+        except Exception as err:  # noqa: BLE001 -- the first batch opens it again, and raises
+            log.warning(
+                "%s: opening the primary-key index before the first batch failed (the batch "
+                "opens it): %s",
+                self.table.name,
+                err,
+            )
+
+    def _opened(self) -> None:
+        if self._opening is not None:
+            self._opening.join()
+            self._opening = None
+
+    def _use(self, spark: Any) -> None:
+        """A lost index is rebuilt by ``spark``'s executors; sharded mode's steps run there."""
+        if self.coordinator.rebuild is None:
+            self.coordinator.rebuild = ExecutorRebuild(spark, self.table.io.properties)
+            self.coordinator.sharded = sharded_index(spark, self.table)
+
     def close(self) -> None:
         """Save the primary-key index with the table (a restart then skips the rescan)."""
+        self._opened()
         self.coordinator.save_index()
 
     def __enter__(self) -> Self:
@@ -174,9 +214,8 @@ class CalvingSink:
 
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
-        if self.coordinator.rebuild is None:  # a lost index is rebuilt by the executors
-            self.coordinator.rebuild = ExecutorRebuild(df.sparkSession, self.table.io.properties)
-            self.coordinator.sharded = sharded_index(df.sparkSession, self.table)
+        self._use(df.sparkSession)
+        self._opened()
         parsed = self._parse_batch(df, batch_id)
         commit_started = time.monotonic()
         if self.metrics is not None:

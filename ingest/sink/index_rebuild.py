@@ -19,7 +19,7 @@ pickles more):
 The driver reads only manifests (the live files and their DVs' locations), hands the
 piece files to the second job, writes the shard manifest naming what its tasks
 returned, and deletes the piece files (after a failure too). Messages between driver
-and tasks are frozen dataclasses pickled by Spark (one encoder, one decoder).
+and tasks are frozen dataclasses, pickled by ``spark_tasks`` (one encoder, one decoder).
 
 ``rebuild_sharded`` returns the manifest; ``commit.index.shards.load_sharded`` merges
 its shards into a driver index.

@@ -11,7 +11,7 @@ driver keeps at most ``DRIVER_CACHE_BYTES`` of shards for it. ``SparkShardRebuil
 rebuilds shards with ``index_rebuild.rebuild_shards``. ``sharded_index`` picks the mode
 of a table (``calving.index.mode``) and builds what sharded mode needs. Messages
 between the driver and the tasks are the frozen dataclasses of ``shard_lookup``,
-pickled by Spark (one encoder, one decoder).
+pickled by ``spark_tasks`` (one encoder, one decoder).
 """
 
 from __future__ import annotations

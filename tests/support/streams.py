@@ -45,6 +45,7 @@ def kafka_stream(
         options["maxOffsetsPerTrigger"] = str(max_offsets_per_trigger)
     if sink is not None:
         options = use_path(sink, options, path)
+        sink.open_early(spark)  # as calving.kafka_stream and Pipeline.start do
     reader = spark.readStream.format("calving-kafka")
     for key, value in options.items():
         reader = reader.option(key, value)

@@ -20,6 +20,7 @@ from calving.commit.index.sharded import names_shards
 from calving.commit.index.shards import read_manifest
 from calving.commit.maintenance.compaction import compact
 from calving.commit.maintenance.compaction_plan import CompactionPolicy
+from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.table import Table, create_table
 from calving.ingest.decode import DebeziumDecoder
 from calving.ingest.kafka.producer import produce
@@ -168,3 +169,59 @@ def test_small_batches_on_small_shards_step_in_the_driver(
     _check(table, stream.expected)
     manifest = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
     assert manifest.entries == len(stream.expected)
+
+
+@pytest.mark.parametrize("mode", ["sharded", "driver", "failing"])
+def test_the_index_opens_while_the_stream_starts(
+    mode: str,
+    spark: Any,
+    broker: Any,
+    make_topic: Any,
+    sqlite_catalog: Any,
+    tmp_path: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A restarted stream on a table whose index is lost: ``open_early`` (what
+    ``calving.kafka_stream`` and ``Pipeline.start`` call) rebuilds it in a thread of its
+    own before the first batch, which then finds it open (one rebuild in all); the table
+    reads back exactly. An early open that fails (``failing``, sharded) is logged, and
+    the first batch opens the index itself."""
+    topic = make_topic(partitions=2)
+    stream = cdc_events(keys=400, events=2400, partitions=2)
+    half = len(stream.records) // 2
+    produce(broker.bootstrap_servers, topic, stream.records[:half])
+    properties = {**SHARDED, "calving.index.mode": "driver" if mode == "driver" else "sharded"}
+    table = create_table(sqlite_catalog, ("db", f"early_{mode}"), SCHEMA, properties=properties)
+    checkpoint = str(tmp_path / "ckpt")
+    first = _sink(table)
+    drain(spark, broker.bootstrap_servers, topic, first, checkpoint, max_offsets_per_trigger=1500)
+    first.close()
+    table.commit_or_raise(UpdateProperties(remove=(INDEX_LOCATION_PROPERTY,)))  # index lost
+    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    restarted = _sink(table)
+    if mode == "failing":
+
+        def fail() -> None:
+            raise CalvingError("no index today")
+
+        restarted.coordinator.open_index = fail  # type: ignore[method-assign]
+    with caplog.at_level("WARNING"):
+        restarted.open_early(spark)
+        assert restarted._opening is not None
+        restarted._opening.join(120)
+    sharded = restarted.coordinator.sharded
+    if mode == "sharded":
+        assert sharded is not None and sharded.manifest is not None and sharded.rebuilds == 1
+    elif mode == "driver":
+        assert sharded is None and restarted.coordinator.index is not None
+    else:
+        assert sharded is not None and sharded.manifest is None and sharded.rebuilds == 0
+        assert "opening the primary-key index before the first batch failed" in caplog.text
+        assert "no index today" in caplog.text
+    drain(
+        spark, broker.bootstrap_servers, topic, restarted, checkpoint, max_offsets_per_trigger=1500
+    )
+    restarted.close()
+    _check(table, stream.expected)
+    if sharded is not None:
+        assert sharded.rebuilds == 1  # opened once: early, or by the first batch

@@ -1,17 +1,17 @@
-"""Python work the driver hands out as Spark tasks, one task an item, run by the Python
-workers that the batch's write tasks use.
+"""Python work the driver hands out as Spark tasks, run by the Python workers that the
+batch's write tasks use.
 
 The index's jobs (the shards' rebuild, the separate shard stage) are lists of items
-(groups of data files, groups of shards), each one task's work. They run here as a
-``mapInArrow`` over ``spark.range(n, numPartitions=n)`` (task ``i`` takes item ``i``),
-not as RDD jobs (``parallelize(...).mapPartitions``): on Spark 4 an RDD job's Python
-functions run in a pool of Python workers of their own, beside the one ``mapInArrow``
-jobs share. On a running stream that cost the first RDD job 1.6-2.2 s for a new worker
-daemon on each executor (the write tasks' workers sat idle), and a shard one pool
-cached was cold in the other.
+(groups of data files, groups of shards). They run here as a ``mapInArrow`` over a
+local relation of the pickled items (``spark.createDataFrame`` of an Arrow table: one
+row an item, sliced over at most one task a core, in order, each task receiving only
+its own rows), not as RDD jobs (``parallelize(...).mapPartitions``): on Spark 4 an RDD
+job's Python functions run in a pool of Python workers of their own, beside the one
+``mapInArrow`` jobs share. On a running stream that cost the first RDD job 1.6-2.2 s
+for a new worker daemon on each executor (the write tasks' workers sat idle), and a
+shard one pool cached was cold in the other.
 
-The items travel with the function (pickled once, each task unpickling its own); the
-results come back pickled in a binary column, in item order. Both ends are this
+Results come back pickled in a binary column, in item order. Both ends are this
 module: one encoder, one decoder.
 """
 
@@ -29,27 +29,35 @@ from calving.ingest.sink.worker_gc import at_task_end
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-_RESULT = "result"
+_TASK, _ITEM, _RESULT = "task", "item", "result"
 
 
 def run_tasks(spark: Any, fn: Callable[[int, _T], Iterable[_R]], items: Sequence[_T]) -> list[_R]:
-    """``fn(i, items[i])`` in task ``i``, on ``spark``'s executors; every result, in item
-    order. A failed task fails the job (py4j raises on the driver)."""
+    """``fn(i, items[i])`` for every item, in Spark tasks on ``spark``'s executors (at
+    most one task a core: items beyond that share a task, in order); every result, in
+    item order. A failed task fails the job (py4j raises on the driver)."""
     if not items:
         return []
-    packed = [pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL) for item in items]
+    work = pa.table(
+        {
+            _TASK: pa.array(range(len(items)), pa.int64()),
+            _ITEM: pa.array(
+                [pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL) for item in items],
+                pa.binary(),
+            ),
+        }
+    )
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for i in batch.column(0).to_pylist():
+            for i, packed in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                 out = [
                     pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)
-                    for r in fn(i, pickle.loads(packed[i]))
+                    for r in fn(i, pickle.loads(packed))
                 ]
                 yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], names=[_RESULT])
 
-    count = len(items)
-    frame = spark.range(0, count, 1, count).mapInArrow(at_task_end(run), f"{_RESULT} binary")
+    frame = spark.createDataFrame(work).mapInArrow(at_task_end(run), f"{_RESULT} binary")
     return [pickle.loads(row[0]) for row in frame.collect()]
 
 

@@ -144,18 +144,15 @@ def child(args: argparse.Namespace) -> None:
     """One cluster set-up (this process is its driver): JSON on stdout."""
     from calving.commit.index.shards import load_sharded
     from calving.ingest.sink.index_rebuild import rebuild_sharded
+    from calving.ingest.sink.spark_tasks import run_tasks
     from tests.support.spark import local_session
 
     spark = local_session("calving-index-rebuild", master=args.child)
-    sc = spark.sparkContext
     cluster = [int(p) for p in args.cluster_pids.split(",") if p]
     workers = len(cluster) - 1
-    # Warm up: every executor starts its Python workers, imports calving and runs a
-    # shuffle (its JVM loads and compiles the shuffle's code once, not in the timing).
-    sc.parallelize(range(8 * workers), 8 * workers).map(_warm).collect()
-    sc.parallelize(range(1 << 16), 4 * workers).map(lambda i: (i, i)).partitionBy(
-        2 * workers
-    ).count()
+    # Warm up: every executor starts the Python worker the rebuild's jobs run in
+    # (``spark_tasks``: the mapInArrow pool) and imports calving there.
+    run_tasks(spark, _warm, list(range(4 * workers)))
     table = load(args.catalog, args.warehouse)
     roots = [os.getpid(), *cluster]
     seconds, cpu = [], []
@@ -180,10 +177,10 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(out))
 
 
-def _warm(_: int) -> int:
+def _warm(task: int, item: int) -> list[int]:
     import calving.ingest.sink.index_rebuild  # noqa: F401
 
-    return 0
+    return [item]
 
 
 def cluster_side(
@@ -209,7 +206,9 @@ def cluster_side(
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if not lines:
         raise RuntimeError(f"cluster x{workers}: no result in {done.stdout[-2000:]!r}")
-    return dict(json.loads(lines[-1]))
+    result = dict(json.loads(lines[-1]))
+    log(f"cluster x{workers}: rebuilds {[round(s, 2) for s in result['seconds']]} s")
+    return result
 
 
 # ---------------------------------------------------------------- figures

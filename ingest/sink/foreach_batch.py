@@ -41,8 +41,8 @@ from calving.ingest.sink.fused import fused_append, fused_keyed, read_and_decode
 from calving.ingest.sink.index_rebuild import ExecutorRebuild
 from calving.ingest.sink.messages import Coordinates
 from calving.ingest.sink.shard_stage import sharded_index
+from calving.ingest.sink.spark_tasks import map_in_arrow
 from calving.ingest.sink.spark_types import spark_schema
-from calving.ingest.sink.worker_gc import at_task_end
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -284,10 +284,10 @@ class CalvingSink:
         messages_type = spark_schema(MESSAGE_SCHEMA)
         if metadata.schema.identifier_field_ids:
             stage = keyed_stage_schema(metadata)
-            decoded = df.mapInArrow(at_task_end(decode_for_keyed(plan, stage)), spark_schema(stage))
+            decoded = map_in_arrow(df, decode_for_keyed(plan, stage), spark_schema(stage))
             out = self._shuffle(decoded, plan)
         else:
-            out = df.mapInArrow(at_task_end(decode_and_write_append(plan)), messages_type)
+            out = map_in_arrow(df, decode_and_write_append(plan), messages_type)
         return _collect(out)
 
     def _write_ranges(
@@ -304,9 +304,9 @@ class CalvingSink:
         messages_type = spark_schema(MESSAGE_SCHEMA)
         schema = self.table.metadata.schema
         if not schema.identifier_field_ids:
-            return _collect(df.mapInArrow(at_task_end(fused_append(plan, options)), messages_type))
+            return _collect(map_in_arrow(df, fused_append(plan, options), messages_type))
         if self.keyed_path == "fused":
-            parsed = _collect(df.mapInArrow(at_task_end(fused_keyed(plan, options)), messages_type))
+            parsed = _collect(map_in_arrow(df, fused_keyed(plan, options), messages_type))
             spread = keys_in_two_tasks(parsed, schema)
             if spread is None:
                 return parsed
@@ -320,8 +320,8 @@ class CalvingSink:
             self.keyed_path = "shuffle"
             plan = self._plan(batch_id, already_sent | frozenset(parsed.dead_letters_sent))
         stage = keyed_stage_schema(self.table.metadata)
-        decoded = df.mapInArrow(
-            at_task_end(read_and_decode_for_keyed(plan, options, stage)), spark_schema(stage)
+        decoded = map_in_arrow(
+            df, read_and_decode_for_keyed(plan, options, stage), spark_schema(stage)
         )
         return _collect(self._shuffle(decoded, plan))
 
@@ -333,9 +333,7 @@ class CalvingSink:
             decoded.sparkSession.conf.get("spark.sql.shuffle.partitions", "2")
         )
         messages_type = spark_schema(MESSAGE_SCHEMA)
-        return decoded.repartition(n, *keys).mapInArrow(
-            at_task_end(collapse_and_write(plan)), messages_type
-        )
+        return map_in_arrow(decoded.repartition(n, *keys), collapse_and_write(plan), messages_type)
 
     def _evolve(self, unknown: Mapping[str, set[str]]) -> bool:
         add = []

@@ -42,8 +42,8 @@ from calving.ingest.sink.executor import (
 from calving.ingest.sink.foreach_batch import CalvingSink, is_range_frame
 from calving.ingest.sink.messages import DataFileWritten, Message, RowsSeen, encode
 from calving.ingest.sink.path_choice import SourcePlan
+from calving.ingest.sink.spark_tasks import map_in_arrow
 from calving.ingest.sink.spark_types import spark_schema
-from calving.ingest.sink.worker_gc import at_task_end
 from calving.ingest.write.arrow_schema import schema_to_arrow
 
 log = logging.getLogger("calving.sink.rows")
@@ -148,18 +148,16 @@ class RowsSink(CalvingSink):
         messages_type = spark_schema(MESSAGE_SCHEMA)
         if metadata.schema.identifier_field_ids:
             stage = keyed_stage_schema(metadata)
-            staged = frame.mapInArrow(
-                at_task_end(rows_for_keyed(self.rows, stage)), spark_schema(stage)
-            )
+            staged = map_in_arrow(frame, rows_for_keyed(self.rows, stage), spark_schema(stage))
             keys = [metadata.schema.column_name(i) for i in metadata.schema.identifier_field_ids]
             n = self.key_partitions or int(
                 df.sparkSession.conf.get("spark.sql.shuffle.partitions", "2")
             )
-            out = staged.repartition(n, *keys).mapInArrow(
-                at_task_end(collapse_and_write(plan)), messages_type
+            out = map_in_arrow(
+                staged.repartition(n, *keys), collapse_and_write(plan), messages_type
             )
         else:
-            out = frame.mapInArrow(at_task_end(rows_append(plan, self.rows)), messages_type)
+            out = map_in_arrow(frame, rows_append(plan, self.rows), messages_type)
         messages = pa.Table.from_pylist([r.asDict() for r in out.collect()], schema=MESSAGE_SCHEMA)
         parsed = parse_messages(messages)
         if parsed.rows_seen == 0:

@@ -1,24 +1,29 @@
-"""Python work the driver hands out as Spark tasks, run by the Python workers that the
-batch's write tasks use.
+"""calving's Python functions as Spark tasks, on Python workers of their own.
 
-The index's jobs (the shards' rebuild, the separate shard stage) are lists of items
-(groups of data files, groups of shards). They run here as a ``mapInArrow`` over a
-local relation of the pickled items (``spark.createDataFrame`` of an Arrow table: one
-row an item, sliced over at most one task a core, in order, each task receiving only
-its own rows), not as RDD jobs (``parallelize(...).mapPartitions``): on Spark 4 an RDD
-job's Python functions run in a pool of Python workers of their own, beside the one
-``mapInArrow`` jobs share. On a running stream that cost the first RDD job 1.6-2.2 s
-for a new worker daemon on each executor (the write tasks' workers sat idle), and a
-shard one pool cached was cold in the other.
+Spark keeps a pool of Python workers per set of environment variables a function
+carries. ``map_in_arrow`` (every write stage of the sink) and ``run_tasks`` (the
+index's jobs) create their functions with ``CALVING_PYTHON_WORKERS`` set, so they share
+one pool, apart from every other Python function: a fused task's Kafka reader (a
+Python data source) takes a worker of the other pool. Before, the reader and the write
+function of a task each took a worker of one pool, a batch's step ran in either, and
+each executor kept two copies of the index shards (a profile of a stream's steps found
+four workers stepping shards on two one-core executors).
 
-Results come back pickled in a binary column, in item order. Both ends are this
-module: one encoder, one decoder.
+The index's jobs are lists of items (groups of data files, groups of shards). They
+run as a ``mapInArrow`` over a local relation of the pickled items (``spark.
+createDataFrame`` of an Arrow table: one row an item, sliced over at most one task a
+core, in order, each task receiving only its own rows), not as RDD jobs
+(``parallelize(...).mapPartitions``): on Spark 4 an RDD job's Python functions run in a
+pool of their own too, so on a running stream the first RDD job waited 1.6-2.2 s for a
+new worker daemon on each executor, and a shard one pool cached was cold in the other.
+Results come back pickled in a binary column, in item order: one encoder, one decoder.
 """
 
 from __future__ import annotations
 
 import itertools
 import pickle
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -26,10 +31,28 @@ import pyarrow as pa
 
 from calving.ingest.sink.worker_gc import at_task_end
 
+Batches = Iterator[pa.RecordBatch]
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
 _TASK, _ITEM, _RESULT = "task", "item", "result"
+
+#: The environment variable that puts calving's functions in a Python worker pool of
+#: their own (set while one is created: a function carries the variables of its time).
+POOL_ENV = "CALVING_PYTHON_WORKERS"
+_POOL_LOCK = threading.Lock()
+
+
+def map_in_arrow(frame: Any, fn: Callable[[Batches], Batches], schema: Any) -> Any:
+    """``frame.mapInArrow(fn, schema)`` run by calving's Python workers (``fn`` wrapped
+    by ``worker_gc.at_task_end``)."""
+    environment = frame.sparkSession.sparkContext.environment
+    with _POOL_LOCK:
+        environment[POOL_ENV] = "1"
+        try:
+            return frame.mapInArrow(at_task_end(fn), schema)
+        finally:
+            environment.pop(POOL_ENV, None)
 
 
 def run_tasks(spark: Any, fn: Callable[[int, _T], Iterable[_R]], items: Sequence[_T]) -> list[_R]:
@@ -57,7 +80,7 @@ def run_tasks(spark: Any, fn: Callable[[int, _T], Iterable[_R]], items: Sequence
                 ]
                 yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], names=[_RESULT])
 
-    frame = spark.createDataFrame(work).mapInArrow(at_task_end(run), f"{_RESULT} binary")
+    frame = map_in_arrow(spark.createDataFrame(work), run, f"{_RESULT} binary")
     return [pickle.loads(row[0]) for row in frame.collect()]
 
 

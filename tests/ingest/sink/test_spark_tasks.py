@@ -1,5 +1,6 @@
-"""``spark_tasks.run_tasks``: one item a task, results in item order, on the Python
-workers that ``mapInArrow`` jobs (the write tasks) use, not the RDD jobs' pool."""
+"""``spark_tasks``: ``run_tasks`` runs one item a task, results in item order; it and
+``map_in_arrow`` (the write stages) run on Python workers of their own, apart from
+other ``mapInArrow`` functions (such as the Kafka source's reader) and RDD jobs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from calving.ingest.sink.spark_tasks import run_tasks, slices
+from calving.ingest.sink.spark_tasks import map_in_arrow, run_tasks, slices
 
 pytestmark = pytest.mark.integration
 
@@ -25,15 +26,18 @@ def _fail(task: int, item: int) -> Iterator[int]:
     yield item
 
 
-def _write_task_pids(spark: Any) -> set[int]:
-    """The Python workers a two-task ``mapInArrow`` job ran in."""
+def _pids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for _ in batches:
+        pass
+    yield pa.RecordBatch.from_arrays([pa.array([os.getpid()], pa.int64())], names=["pid"])
 
-    def pids(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for _ in batches:
-            pass
-        yield pa.RecordBatch.from_arrays([pa.array([os.getpid()], pa.int64())], names=["pid"])
 
-    return {r[0] for r in spark.range(0, 2, 1, 2).mapInArrow(pids, "pid long").collect()}
+def _job_pids(spark: Any, ours: bool) -> set[int]:
+    """The Python workers a two-task ``mapInArrow`` job ran in (``ours``: made by
+    ``map_in_arrow``, as the write stages are)."""
+    frame = spark.range(0, 2, 1, 2)
+    job = map_in_arrow(frame, _pids, "pid long") if ours else frame.mapInArrow(_pids, "pid long")
+    return {r[0] for r in job.collect()}
 
 
 def test_items_run_one_a_task_and_come_back_in_order(spark: Any) -> None:
@@ -43,14 +47,17 @@ def test_items_run_one_a_task_and_come_back_in_order(spark: Any) -> None:
     assert run_tasks(spark, _pid_and_item, []) == []
 
 
-def test_the_tasks_run_on_the_write_tasks_python_workers(spark: Any) -> None:
-    """Spark 4 runs an RDD job's Python functions in a worker pool of its own; the
-    index's jobs must share the write tasks' workers (and their cached shards)."""
-    written = _write_task_pids(spark)
+def test_the_tasks_run_on_the_write_stages_python_workers_and_no_others(spark: Any) -> None:
+    """The index's jobs share the write stages' Python workers (and their cached
+    shards); no other Python function of a task (the Kafka source's reader, a plain
+    ``mapInArrow``, an RDD job) takes one of them."""
+    written = _job_pids(spark, ours=True)
     ours = {pid for *_, pid in run_tasks(spark, _pid_and_item, [("a", 1), ("b", 2)])}
     assert ours & written
+    others = _job_pids(spark, ours=False)
     rdd = set(spark.sparkContext.parallelize([0, 1], 2).map(lambda _: os.getpid()).collect())
-    assert not rdd & written  # why run_tasks is not an RDD job
+    assert not (others | rdd) & (written | ours)
+    assert "CALVING_PYTHON_WORKERS" not in spark.sparkContext.environment
 
 
 def test_a_failing_item_fails_the_job(spark: Any) -> None:

@@ -204,7 +204,7 @@ def test_the_index_opens_while_the_stream_starts(
         def fail() -> None:
             raise CalvingError("no index today")
 
-        restarted.coordinator.open_index = fail  # type: ignore[method-assign]
+        restarted.coordinator.open_index = fail  # type: ignore[method-assign]  # reason: the early open made to fail
     with caplog.at_level("WARNING"):
         restarted.open_early(spark)
         assert restarted._opening is not None

@@ -5,14 +5,14 @@ Two Spark jobs, the second reading what the first wrote (no Spark shuffle: a col
 executor's first shuffle cost about a second, the pieces' round trip through it as
 pickles more):
 
-1. **One task per group of data files** (``files_per_task``, default: two tasks per
-   core). Each reads its files' key columns (``store.live_keys``: the rows the
+1. **Groups of data files** (``files_per_task``, default: two groups a core; Spark
+   runs at most one task a core, ``spark_tasks.run_tasks``). Each group's step reads its files' key columns (``store.live_keys``: the rows the
    file's deletion vector leaves live), encodes and hashes the keys, and writes one
    *piece file* a shard: the entries of its files whose keys fall in the shard, in
    the index file format (checksummed), named by this rebuild, beside the shards.
    Only keys leave the task, never rows; it returns ``PieceFile`` values.
-2. **Tasks by shard** (shard ``s`` goes to task ``s % tasks``, two tasks per core by
-   default). For each of its shards a task reads the shard's piece files, sorts their
+2. **Groups of shards** (shard ``s`` goes to group ``s % groups``, two groups a core by
+   default). For each of its shards a group's step reads the shard's piece files, sorts their
    entries by hash and writes the shard's file (``commit.index.shards.write_shard``);
    an empty shard gets an empty file, so a manifest always names every shard.
 
@@ -281,9 +281,9 @@ def rebuild_sharded(
     """Rebuild the index of ``metadata``'s current snapshot as ``shard_count`` shards on
     ``spark``'s executors; returns the shard manifest's location and the manifest.
 
-    ``files_per_task``: data files a stage-1 task reads (default: spread over two tasks
-    per core); ``shard_tasks``: stage-2 tasks (default: two per core, at most one per
-    shard). A task costs tens of milliseconds of scheduling and IPC however little it
+    ``files_per_task``: data files a stage-1 group reads (default: spread over two
+    groups a core); ``shard_tasks``: stage-2 groups (default: two a core, at most one a
+    shard); Spark runs the groups in at most one task a core. A task costs tens of milliseconds of scheduling and IPC however little it
     does, so the shard count (a storage layout) does not set the task count."""
     ids, types = key_spec(metadata, key_field_ids)
     live = scan.live_files(io, metadata, metadata.current_snapshot)

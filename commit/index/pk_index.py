@@ -483,9 +483,7 @@ class PrimaryKeyIndex:
     def _alive(self, file_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         alive = self._file_live[file_ids]
         if len(self._tomb):
-            locs = (file_ids.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
-            at = np.minimum(np.searchsorted(self._tomb, locs), len(self._tomb) - 1)
-            alive &= self._tomb[at] != locs
+            alive &= ~_tombstoned(self._tomb, self._file_rows, file_ids, positions)
         return alive  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ maintenance
@@ -591,6 +589,56 @@ class PrimaryKeyIndex:
         return index
 
 
+#: A full run's entries are checked against the tombstones through a bitmap when it
+#: takes at most this many bytes an entry (else by a binary search each).
+_BITMAP_BYTES_PER_ENTRY = 8
+
+
+def _tombstoned(
+    tomb: np.ndarray,
+    file_rows: np.ndarray,
+    file_ids: np.ndarray,
+    positions: np.ndarray,
+    by_bitmap: bool | None = None,
+) -> np.ndarray:
+    """Which entries ``(file_ids[i], positions[i])`` the tombstones ``tomb`` (sorted,
+    unique ``file id << 32 | position``) name.
+
+    A few entries (a lookup's candidates) are searched for in the tombstones. Many (a
+    full merge's whole run) are looked up in a bitmap over the rows of the files that
+    have tombstones: one gather an entry, where a binary search each was three quarters
+    of a shard's merge in a stream's profile (0.71 of 0.98 s). The bitmap takes a bit a
+    row of those files; past ``_BITMAP_BYTES_PER_ENTRY`` bytes an entry the search is
+    kept. ``by_bitmap`` forces either way."""
+    n = len(file_ids)
+    tomb_files = (tomb >> np.uint64(32)).astype(np.int64)
+    tomb_rows = (tomb & np.uint64(MAX_POSITION)).astype(np.int64)
+    first_of_file = np.flatnonzero(np.r_[True, tomb_files[1:] != tomb_files[:-1]])
+    files = tomb_files[first_of_file]
+    rows = file_rows[files].astype(np.int64)
+    total = int(rows.sum())
+    if by_bitmap is None:
+        by_bitmap = n >= 4 * len(tomb) and total <= 8 * _BITMAP_BYTES_PER_ENTRY * n
+    if not by_bitmap:
+        locs = (file_ids.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
+        at = np.minimum(np.searchsorted(tomb, locs), len(tomb) - 1)
+        return tomb[at] == locs  # type: ignore[no-any-return]
+    offset = np.full(len(file_rows), -1, np.int64)
+    offset[files] = np.cumsum(rows) - rows
+    bit = offset[tomb_files] + tomb_rows  # ascending, as the tombstones are
+    byte = bit >> 3
+    first_of_byte = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
+    bitmap = np.zeros((total + 7) // 8, np.uint8)
+    flags = np.left_shift(1, bit & 7).astype(np.uint8)
+    bitmap[byte[first_of_byte]] = np.bitwise_or.reduceat(flags, first_of_byte)
+    start = offset[file_ids]
+    named = np.flatnonzero(start >= 0)
+    at_bit = start[named] + positions[named].astype(np.int64)
+    dead = np.zeros(n, bool)
+    dead[named] = (bitmap[at_bit >> 3] >> (at_bit & 7).astype(np.uint8)) & np.uint8(1) != 0
+    return dead
+
+
 def _as_positions(positions: Any) -> np.ndarray:
     if isinstance(positions, BitMap64):
         return np.frombuffer(positions.to_array(), np.uint64).astype(np.int64)
@@ -605,8 +653,11 @@ def _as_positions(positions: Any) -> np.ndarray:
 
 def _insert_sorted(sorted_unique: np.ndarray, values: np.ndarray) -> np.ndarray:
     """``np.union1d(sorted_unique, values)`` without sorting the (large) first array
-    again: the few new values are inserted at their places."""
-    new = np.unique(values).astype(sorted_unique.dtype, copy=False)
+    again: the few new values are inserted at their places (``values`` are not sorted
+    either when they already ascend, as one file's deleted positions do)."""
+    values = values.astype(sorted_unique.dtype, copy=False)
+    ascending = len(values) < 2 or bool(np.all(values[1:] > values[:-1]))
+    new = values if ascending else np.unique(values)
     if not len(sorted_unique):
         return new
     at = np.searchsorted(sorted_unique, new)

@@ -243,3 +243,41 @@ def test_a_batch_joins_the_sorted_delta_as_a_stable_sort_of_both_would(
         if with_keys:
             assert isinstance(merged.keys, IntKeys) and isinstance(want.keys, IntKeys)
             assert merged.keys.values.tolist() == want.keys.values.tolist()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_tombstones_are_found_alike_by_search_and_by_bitmap(data: st.DataObject) -> None:
+    """A full merge's check of every entry against the tombstones (a bitmap over the
+    rows of the files with tombstones) and a lookup's (a binary search each) agree with
+    a set of (file, position): entries of files without tombstones, the first and last
+    row of a file, positions at byte edges of the bitmap."""
+    from calving.commit.index.pk_index import _tombstoned
+
+    file_rows = np.array(data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=6)), np.int64)
+    rows = [(f, p) for f, n in enumerate(file_rows.tolist()) for p in range(n)]
+    dead = data.draw(st.sets(st.sampled_from(rows), min_size=1))
+    entries = data.draw(st.lists(st.sampled_from(rows), min_size=1, max_size=300))
+    tomb = np.array(sorted((f << 32) | p for f, p in dead), np.uint64)
+    file_ids = np.array([f for f, _ in entries], np.uint32)
+    positions = np.array([p for _, p in entries], np.uint32)
+    want = [e in dead for e in entries]
+    for by_bitmap in (False, True, None):  # the search, the bitmap, the choice
+        got = _tombstoned(tomb, file_rows, file_ids, positions, by_bitmap)
+        assert got.tolist() == want, by_bitmap
+
+
+def test_a_full_merge_drops_the_deleted_entries_through_the_bitmap() -> None:
+    """A merge of many entries with few tombstones (the bitmap's case): exactly the
+    deleted rows are gone, over files with and without deletes."""
+    index = PrimaryKeyIndex([1], [LONG], min_merge_rows=1 << 30)
+    index.add_file("a", _ids(*range(1000)))
+    index.add_file("b", _ids(*range(1000, 1500)))
+    index.add_file("c", _ids(*range(2000, 2100)))
+    index.delete_positions("a", [0, 7, 8, 999])
+    index.delete_positions("c", [50])
+    index.compact()
+    assert len(index._base) == 1600 - 5
+    assert index.live_rows_per_file() == {"a": 996, "b": 500, "c": 99}
+    found = index.lookup(_ids(0, 7, 8, 9, 999, 998, 1000, 2050, 2051))
+    assert sorted(int(r) for r in found.key_rows) == [3, 5, 6, 8]

@@ -82,9 +82,22 @@ class ShardJob:
     #: one writes the manifest's chain as a new base (the same rows in every task) and
     #: its delta on that; the driver keeps one task's base (``task_steps``).
     rebase: frozenset[int] = frozenset()
+    #: In-task rebases: the write task (its partition) that writes a due shard's base,
+    #: the other tasks writing their deltas on the manifest's chain. A due shard not
+    #: named here is written by every task stepping it (a base is the same rows in
+    #: each).
+    rebase_owners: Mapping[int, int] = field(default_factory=dict)
     #: Bases that in-task rebases wrote, each with the chain (base, then deltas) whose
     #: rows it holds: a worker that cached that chain uses it for the base.
     rebased: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def writes_base(self, shard: int, task: int | None) -> bool:
+        """Whether write task ``task`` (its partition; None: unknown) writes due shard
+        ``shard``'s base (see ``rebase_owners``)."""
+        if shard not in self.rebase:
+            return False
+        owner = self.rebase_owners.get(shard)
+        return task is None or owner is None or owner == task
 
 
 @dataclass(frozen=True)
@@ -185,8 +198,11 @@ CACHE = ShardCache()
 # ---------------------------------------------------------------- the steps
 
 
-def resolve_shards(job: ShardJob, requests: Iterable[ShardRequest]) -> Iterator[ShardResult]:
-    """Run the steps of ``requests`` (one task's share of a batch)."""
+def resolve_shards(
+    job: ShardJob, requests: Iterable[ShardRequest], task: int | None = None
+) -> Iterator[ShardResult]:
+    """Run the steps of ``requests`` (one task's share of a batch; ``task``: the write
+    task's partition, for in-task rebases)."""
     io = FileIO(dict(job.io_properties))
     manifest = job.manifest
     codec = KeyCodec(manifest.key_types, manifest.key_field_ids)
@@ -194,7 +210,7 @@ def resolve_shards(job: ShardJob, requests: Iterable[ShardRequest]) -> Iterator[
     for request in requests:
         if job.catch_up is not None and fresh is None:  # read once per task
             fresh = read_added(io, job.catch_up, manifest.key_field_ids, codec)
-        yield resolve_one(io, job, request, fresh or [])
+        yield resolve_one(io, job, request, fresh or [], task)
 
 
 def resolve_one(
@@ -202,6 +218,7 @@ def resolve_one(
     job: ShardJob,
     request: ShardRequest,
     fresh: Sequence[tuple[str, int, Keys, np.ndarray]],
+    task: int | None = None,
 ) -> ShardResult:
     started = time.perf_counter()
     manifest = job.manifest
@@ -226,7 +243,7 @@ def resolve_one(
     )
     located = (file_index.astype(np.uint64) << np.uint64(32)) | matches.positions.astype(np.uint64)
     after = before - len(np.unique(located)) + sum(len(f.positions) for f in request.added)
-    new = _write_step(io, job, request, index, deleted, after)
+    new = _write_step(io, job, request, index, deleted, after, task)
     # A write task leaves its shard as the manifest has it: the batch's chain holds
     # every task's delta, its own among them, which the next batch applies in order
     # (and another task of this batch in this process finds the very chain).
@@ -250,6 +267,7 @@ def _write_step(
     index: PrimaryKeyIndex,
     deleted: Deleted,
     after: int,
+    task: int | None = None,
 ) -> ShardFile:
     """Apply the step's changes to ``index`` and write them: a new base after a
     catch-up or once the chain holds ``max_deltas`` deltas, else a delta (nothing when
@@ -265,7 +283,7 @@ def _write_step(
         manifest.shard_count,
     )
     rebase = job.catch_up is not None or len(chain.deltas) >= job.max_deltas
-    if job.in_task and request.shard in job.rebase:
+    if job.in_task and job.writes_base(request.shard, task):
         # ``index`` holds the manifest's chain (a write task does not apply its own
         # changes): that chain as a base, then this task's delta on it.
         base = write_base(io, job.table_location, header, index)

@@ -121,6 +121,8 @@ class ShardedIndex:
     last_keys: int | None = None
     #: Write tasks whose steps resolved the last batch (0: the separate stage did).
     last_tasks: int = 0
+    #: Those tasks' partitions, where known (the next batch's rebase owners).
+    last_partitions: tuple[int, ...] = ()
     #: Bases the write tasks' rebases wrote, each with the chain whose rows it holds
     #: (``ShardJob.rebased``: a worker that cached that chain uses it).
     rebased: dict[str, tuple[str, ...]] = field(default_factory=dict)
@@ -255,6 +257,12 @@ class ShardedIndex:
         due = frozenset(
             s.shard for s in manifest.shards if len(s.deltas) + tasks > max_deltas * tasks
         )
+        # One task writes a due base (shard s: the last batch's s % n-th task), not
+        # every task stepping it; a chain still long at twice the count (that task
+        # did not step it) is written by every task.
+        owners = self.last_partitions
+        overdue = {s.shard for s in manifest.shards if len(s.deltas) >= 2 * max_deltas * tasks}
+        rebase_owners = {s: owners[s % len(owners)] for s in sorted(due - overdue) if owners}
         small = TableProperties(metadata.properties).index_driver_step_keys
         last = self.last_keys  # None: the first batch, of unknown size, steps in its tasks
         if (
@@ -274,6 +282,7 @@ class ShardedIndex:
             in_task=True,
             manifest_location=self.location,
             rebase=due,
+            rebase_owners=rebase_owners,
             rebased=self.rebased,
         )
 
@@ -298,6 +307,8 @@ class ShardedIndex:
         self.in_tasks += 1
         self.last_keys = file_rows + delete_rows
         self.last_tasks = len(placed)
+        tasks = [p.steps.task for p in placed]
+        self.last_partitions = tuple(sorted({t for t in tasks if t is not None}))
         bases = {r.chain.location for r in merged.results} | {s.location for s in manifest.shards}
         self.rebased = {b: c for b, c in self.rebased.items() if b in bases} | merged.rebased
         for spare in merged.spare:  # named by no chain

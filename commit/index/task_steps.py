@@ -13,11 +13,14 @@ keys were at, and each stepped shard's chain ending in its own delta.
 one ``Matches`` over the batch's keys, and each shard's chain is the manifest's with
 every task's delta appended in task order. The deltas of one batch commute (other keys,
 other rows), which is also why a worker may keep its shard with only its own delta
-applied (``ShardCache.take_prefix``). A shard whose chain is long is rebased by the
-tasks that step it (``ShardJob.rebase``): each writes the manifest's chain as a new
-base, the same rows in every task, and its delta on that; the merged chain is the
-first task's base with every task's delta, and the other tasks' bases are spare (the
-driver deletes them). Anything that does not fit (a shard a task could not read, steps
+applied (``ShardCache.take_prefix``). A shard whose chain is long is rebased by a
+task that steps it (``ShardJob.rebase``): the task the driver names (by the last
+batch's partitions: ``ShardJob.rebase_owners``) writes the manifest's chain as a new
+base and its delta on that, the others their deltas on the manifest's chain; the
+merged chain is that base with every task's delta. Where no task is named (tasks that
+do not know their partition, a chain that stayed long) every task stepping the shard
+writes the base, the same rows in each, and the driver keeps the first and deletes
+the others (spare). Anything that does not fit (a shard a task could not read, steps
 on another manifest or snapshot, keys no step covered) returns None and the driver runs
 the separate stage instead; the task's deltas are then named by nothing.
 """
@@ -62,15 +65,18 @@ class TaskSteps:
     #: Why a shard could not be read (the driver then runs the separate stage).
     unreadable: str = ""
     seconds: float = 0.0
+    #: The write task's partition (None: unknown), which the next rebase names.
+    task: int | None = None
 
 
 def run_task_steps(
     job: ShardJob,
     files: Sequence[tuple[DataFile, pa.Table | None]],
     deleted: Sequence[pa.Table],
+    task: int | None = None,
 ) -> TaskSteps:
     """The steps of one task's keys: its new ``files`` (with their keys in row order)
-    and its ``deleted`` keys."""
+    and its ``deleted`` keys; ``task``: its partition (which due bases it writes)."""
     started = time.perf_counter()
     with_keys = [k for _, k in files if k is not None and k.num_rows]
     tables = with_keys + [k for k in deleted if k.num_rows]
@@ -78,10 +84,10 @@ def run_task_steps(
     file_rows = sum(k.num_rows for k in with_keys)
     delete_rows = (keys.num_rows if keys is not None else 0) - file_rows
     manifest = job.manifest
-    out = TaskSteps(job.manifest_location, job.snapshot_id, file_rows, delete_rows)
+    out = TaskSteps(job.manifest_location, job.snapshot_id, file_rows, delete_rows, task=task)
     try:
         batch = BatchKeys.of(manifest, keys, files)
-        results = list(resolve_shards(job, batch.requests(manifest, None)))
+        results = list(resolve_shards(job, batch.requests(manifest, None), task))
     except CalvingError as err:  # the separate stage tries again, and names the failure
         return replace(out, unreadable=f"{type(err).__name__}: {err}")
     bad = next((r for r in results if r.unreadable), None)
@@ -253,6 +259,7 @@ def steps_to_payload(steps: TaskSteps) -> tuple[str, bytes]:
         "cache_hits": steps.cache_hits,
         "unreadable": steps.unreadable,
         "seconds": steps.seconds,
+        "task": steps.task,
     }
     table = pa.table(
         {
@@ -296,4 +303,5 @@ def steps_from_payload(payload: str, matches: bytes) -> TaskSteps:
         int(head["cache_hits"]),
         str(head["unreadable"]),
         float(head["seconds"]),
+        None if head.get("task") is None else int(head["task"]),
     )

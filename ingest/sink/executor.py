@@ -248,7 +248,16 @@ def shard_steps(plan: TaskPlan, messages: Sequence[Message]) -> list[Message]:
         return []
     files = [(m.file, m.keys) for m in messages if isinstance(m, DataFileWritten)]
     deleted = [m.keys for m in messages if isinstance(m, KeysDeleted)]
-    return [ShardStepsTaken(run_task_steps(plan.shard_job, files, deleted))]
+    steps = run_task_steps(plan.shard_job, files, deleted, _task_partition())
+    return [ShardStepsTaken(steps)]
+
+
+def _task_partition() -> int | None:
+    """This Spark task's partition (None outside a task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else int(context.partitionId())
 
 
 def last_per_key(data: pa.Table, keys: Sequence[str | None]) -> np.ndarray:

@@ -3,6 +3,8 @@ what it refuses)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -50,7 +52,12 @@ def _steps(
 
 def test_steps_round_trip_through_the_message_payload() -> None:
     steps = _steps((ShardFile(0, "s0-base", 11, 7, ("d1", "t0")),), [0, 2], ("a",), [0, 0], [3, 9])
+    steps = replace(steps, task=3)
     back = steps_from_payload(*steps_to_payload(steps))
+    assert (
+        back.task == 3
+        and steps_from_payload(*steps_to_payload(replace(steps, task=None))).task is None
+    )
     assert back.chains == steps.chains and back.added == steps.added
     assert back.paths == steps.paths and back.manifest == steps.manifest
     assert (back.file_rows, back.delete_rows, back.cache_hits) == (2, 1, 1)

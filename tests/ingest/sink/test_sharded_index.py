@@ -115,8 +115,11 @@ class Writer:
         assert dict(got) == self.expected
 
 
-def _task_batch(writer: Writer, upserts: dict[int, str], deletes: Sequence[int]) -> Any:
-    """A batch whose keys two write tasks (odd and even ids) resolve themselves."""
+def _task_batch(
+    writer: Writer, upserts: dict[int, str], deletes: Sequence[int], partitions: bool = False
+) -> Any:
+    """A batch whose keys two write tasks (odd and even ids) resolve themselves;
+    ``partitions``: the tasks know their partitions (0 and 1), as Spark tasks do."""
     job = writer.coordinator.shard_job()
     assert job is not None and job.in_task
     messages: list[Any] = []
@@ -131,7 +134,8 @@ def _task_batch(writer: Writer, upserts: dict[int, str], deletes: Sequence[int])
         deleted = [writer._keys(gone)] if gone else []
         messages += [DataFileWritten(f, k) for f, k in files]
         messages += [KeysDeleted(k) for k in deleted]
-        messages.append(ShardStepsTaken(run_task_steps(job, files, deleted)))
+        steps = run_task_steps(job, files, deleted, task if partitions else None)
+        messages.append(ShardStepsTaken(steps))
     parsed = ParsedMessages.of(messages)
     records = len(upserts) + len(deletes)
     parsed.ranges[(TOPIC, 0)] = OffsetRange(writer.offset, writer.offset + records)
@@ -171,28 +175,40 @@ def test_write_tasks_leave_their_worker_the_shard_as_the_manifest_names_it(
     assert sharded.in_tasks == 4 and sharded.rebuilds == 0
 
 
+@pytest.mark.parametrize("partitions", [False, True], ids=["every-task", "one-writer"])
 def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
-    sqlite_catalog: Any,
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch, partitions: bool
 ) -> None:
     """A chain due for a rebase is rebased by the write tasks stepping it (no separate
-    stage): each writes the manifest's chain as a base, the driver keeps the first and
-    deletes the other, and the next batch's steps take the cached chain that base holds
-    (a cache hit brought forward by the batch's deltas, not a load of the new base)."""
+    stage) and the next batch's steps take the cached chain that base holds (a cache
+    hit brought forward by the batch's deltas, not a load of the new base). Tasks that
+    do not know their partitions each write the manifest's chain as a base, and the
+    driver keeps the first and deletes the other; tasks that do (Spark's) leave it to
+    the one the driver names, the other writing its delta on the old chain."""
     table = create_table(
         sqlite_catalog,
-        ("db", "rebase_in_tasks"),
+        ("db", f"rebase_in_tasks_{partitions}"),
         EVENTS,
         properties={"calving.index.driver-step-keys": "0", "calving.index.shard-deltas": "2"},
     )
     writer = Writer(table, shards=1)
     rng = random.Random(6)
     shard_lookup.CACHE.clear()
+    written: list[str] = []
+    write_base = shard_lookup.write_base
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        base = write_base(*args, **kwargs)
+        written.append(base.location)
+        return base
+
+    monkeypatch.setattr(shard_lookup, "write_base", counted)
     named: list[ShardFile] = []
     for b in range(7):
         upserts = {k: f"b{b}-{k}" for k in rng.sample(range(200), 40)}
         live = sorted(set(writer.expected) - set(upserts))
         hits, misses = shard_lookup.CACHE.hits, shard_lookup.CACHE.misses
-        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)))
+        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)), partitions)
         if b:  # after a rebase too: the first task brings a cached chain forward
             assert (shard_lookup.CACHE.hits, shard_lookup.CACHE.misses) == (hits + 2, misses + 1)
         sharded = writer.coordinator.sharded
@@ -207,6 +223,32 @@ def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
     shards_dir = f"{table.metadata.location}/metadata/calving-index/shards/"
     on_storage = {f for f in table.io.list_prefix(shards_dir) if "-d-" not in f.rsplit("/", 1)[1]}
     assert {f for f in on_storage if f.endswith(".calvidx")} == bases  # spare bases deleted
+    assert len(written) == (3 if partitions else 6)  # three rebases: one base or two each
+    assert bases - {named[0].location} <= set(written)
+
+
+def test_a_due_base_its_writer_does_not_step_is_written_by_every_task_later(
+    sqlite_catalog: Any,
+) -> None:
+    """The task named to write a due base (partition 0) has no keys: the chain stays
+    long, and once it holds twice its due length every task stepping it writes it."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", "rebase_owner_idle"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0", "calving.index.shard-deltas": "2"},
+    )
+    writer = Writer(table, shards=1)
+    rng = random.Random(7)
+    lengths = []
+    for b in range(10):  # odd keys only: task 1's
+        upserts = {k: f"b{b}-{k}" for k in rng.sample(range(1, 200, 2), 20)}
+        _task_batch(writer, upserts, [], partitions=True)
+        sharded = writer.coordinator.sharded
+        assert sharded is not None and sharded.manifest is not None
+        lengths.append(len(sharded.manifest.shards[0].deltas))
+    writer.check()
+    assert lengths == [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
 
 
 def _random_batches(writer: Writer, rng: random.Random, n: int, keys: int = 300) -> None:

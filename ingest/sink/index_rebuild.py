@@ -61,7 +61,8 @@ from calving.commit.index.shards import (
     write_shard,
 )
 from calving.commit.index.store import build_from_table, key_spec, live_keys
-from calving.commit.io import FileIO
+from calving.commit.io import LOCAL_FSYNC, FileIO
+from calving.commit.io_sync import synced_together
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
@@ -198,11 +199,15 @@ def keys_by_shard(job: RebuildJob, tasks: Iterable[FileTask]) -> Iterator[tuple[
 
 
 def write_pieces(job: RebuildJob, partition: int, tasks: Iterable[FileTask]) -> Iterator[PieceFile]:
-    """Stage 1 (executor): one piece file a shard the task's files have keys in."""
+    """Stage 1 (executor): one piece file a shard the task's files have keys in.
+
+    Piece files are scratch: stage 2 reads them in the same rebuild, which a crash
+    restarts from the data files (its leftovers deleted by the rebuild's name), so a
+    local piece is not fsynced (a task wrote one a shard, each with two disk waits)."""
     by_shard: dict[int, list[ShardPiece]] = {}
     for shard, piece in keys_by_shard(job, tasks):
         by_shard.setdefault(shard, []).append(piece)
-    io = FileIO(dict(job.io_properties))
+    io = FileIO({**job.io_properties, LOCAL_FSYNC: "false"})
     int_mode = _int_mode(job)
     for shard, pieces in sorted(by_shard.items()):
         e = _of_pieces(pieces, int_mode)
@@ -225,9 +230,17 @@ def _read_piece(io: FileIO, job: RebuildJob, piece: PieceFile) -> _Entries:
 
 def write_shards(
     job: RebuildJob, groups: Iterable[Sequence[tuple[int, tuple[PieceFile, ...]]]]
-) -> Iterator[ShardFile]:
+) -> list[ShardFile]:
     """Stage 2 (executor): the file of each shard of the task's group, from the
-    shard's piece files (an empty shard gets an empty file)."""
+    shard's piece files (an empty shard gets an empty file). The files are made
+    durable together, before the list naming them is returned."""
+    with synced_together():
+        return list(_shard_files(job, groups))
+
+
+def _shard_files(
+    job: RebuildJob, groups: Iterable[Sequence[tuple[int, tuple[PieceFile, ...]]]]
+) -> Iterator[ShardFile]:
     io = FileIO(dict(job.io_properties))
     int_mode = _int_mode(job)
     for group in groups:
@@ -259,7 +272,7 @@ def write_shards(
 
 def _write_group(
     job: RebuildJob, task: int, group: Sequence[tuple[int, tuple[PieceFile, ...]]]
-) -> Iterator[ShardFile]:
+) -> list[ShardFile]:
     return write_shards(job, [group])
 
 

@@ -17,7 +17,7 @@ pickled by ``spark_tasks`` (one encoder, one decoder).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -34,6 +34,7 @@ from calving.commit.index.shard_lookup import (
 from calving.commit.index.sharded import ShardedIndex, choose_mode
 from calving.commit.index.shards import ShardFile
 from calving.commit.io import FileIO
+from calving.commit.io_sync import synced_together
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.summary import live_rows
 from calving.commit.table.table import Table
@@ -52,8 +53,9 @@ class ShardStageError(CalvingError):
     """The Spark job of a batch's stage 2 failed (its message names the cause)."""
 
 
-def _steps(job: ShardJob, task: int, group: Sequence[ShardRequest]) -> Iterator[ShardResult]:
-    return resolve_shards(job, group)
+def _steps(job: ShardJob, task: int, group: Sequence[ShardRequest]) -> list[ShardResult]:
+    with synced_together():  # the group's files durable together, before they are named
+        return list(resolve_shards(job, group))
 
 
 @dataclass
@@ -71,7 +73,8 @@ class SparkShardResolver:
         if rows <= job.driver_step_keys and entries <= DRIVER_SHARD_ENTRIES:
             self.in_driver += 1
             small = replace(job, cache_bytes=min(job.cache_bytes, DRIVER_CACHE_BYTES))
-            return list(resolve_shards(small, requests))
+            with synced_together():
+                return list(resolve_shards(small, requests))
         sc = self.spark.sparkContext
         cores = max(1, int(sc.defaultParallelism))
         # A task costs tens of milliseconds however little it does: a small batch's

@@ -199,3 +199,42 @@ def test_a_stream_rebuilds_its_lost_index_on_the_executors(
     table.refresh()
     assert pyiceberg_rows(table.metadata_location, COLUMNS) == stream.expected
     assert duckdb_rows(table.metadata_location, COLUMNS) == stream.expected
+
+
+def test_piece_files_are_scratch_and_shard_files_are_synced_together(
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stage 1's piece files are not fsynced (a crash restarts the rebuild); stage 2's
+    shard files are, each once, and their directory once for the task's group, all
+    before the task returns the list naming them."""
+    from calving.commit.index.store import key_spec
+    from calving.ingest.sink.index_rebuild import FileTask, RebuildJob, write_pieces, write_shards
+
+    table = sharded_table(sqlite_catalog, "int", "synced")
+    metadata = table.metadata
+    ids, types = key_spec(metadata, None)
+    exchange = f"{metadata.location}/{SHARDS_DIRECTORY}/rebuild-synced"
+    job = RebuildJob(
+        metadata.location,
+        metadata.table_uuid,
+        metadata.current_snapshot_id,
+        ids,
+        types,
+        4,
+        dict(table.io.properties),
+        exchange=exchange,
+    )
+    live = scan.live_files(table.io, metadata, metadata.current_snapshot)
+    tasks = [
+        FileTask(live.data[p].data_file, dv.data_file if (dv := live.dvs.get(p)) else None)
+        for p in sorted(live.data)
+    ]
+    synced: list[int] = []
+    fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), fsync(fd))[1])
+    pieces = list(write_pieces(job, 0, tasks))
+    assert len(pieces) == 4 and synced == []  # one piece a shard, none synced
+    shards = write_shards(job, [[(p.shard, (p,)) for p in pieces]])
+    assert [s.shard for s in shards] == [0, 1, 2, 3]
+    assert len(synced) == 4 + 1  # each shard file, then their one directory
+    assert sum(s.entries for s in shards) == sum(p.entries for p in pieces) == 148

@@ -78,9 +78,10 @@ class ShardJob:
     in_task: bool = False
     #: The manifest's location (the tasks' steps name it back to the driver).
     manifest_location: str = ""
-    #: In-task steps: the shards whose chains are due for a rebase. A task stepping
-    #: one writes the manifest's chain as a new base (the same rows in every task) and
-    #: its delta on that; the driver keeps one task's base (``task_steps``).
+    #: In-task steps: the shards whose chains are due for a rebase. The task that
+    #: writes one's base (``rebase_owners``) writes the manifest's chain as a new base
+    #: and its delta on that; the driver puts every task's delta on it
+    #: (``task_steps``).
     rebase: frozenset[int] = frozenset()
     #: In-task rebases: the write task (its partition) that writes a due shard's base,
     #: the other tasks writing their deltas on the manifest's chain. A due shard not

@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -47,6 +47,7 @@ from calving.commit.index.shard_chain import (
 )
 from calving.commit.index.shards import ShardFile, ShardHeader, ShardManifest
 from calving.commit.io import FileIO
+from calving.commit.io_sync import synced_together
 
 #: Bytes of shards a Python process keeps between batches (least recently used go).
 DEFAULT_CACHE_BYTES = 1 << 30
@@ -201,17 +202,21 @@ CACHE = ShardCache()
 
 def resolve_shards(
     job: ShardJob, requests: Iterable[ShardRequest], task: int | None = None
-) -> Iterator[ShardResult]:
+) -> list[ShardResult]:
     """Run the steps of ``requests`` (one task's share of a batch; ``task``: the write
-    task's partition, for in-task rebases)."""
+    task's partition, for in-task rebases). The files the steps write are fsynced
+    together (one wait, one directory fsync) before the results naming them return."""
     io = FileIO(dict(job.io_properties))
     manifest = job.manifest
     codec = KeyCodec(manifest.key_types, manifest.key_field_ids)
     fresh = None
-    for request in requests:
-        if job.catch_up is not None and fresh is None:  # read once per task
-            fresh = read_added(io, job.catch_up, manifest.key_field_ids, codec)
-        yield resolve_one(io, job, request, fresh or [], task)
+    results = []
+    with synced_together():
+        for request in requests:
+            if job.catch_up is not None and fresh is None:  # read once per task
+                fresh = read_added(io, job.catch_up, manifest.key_field_ids, codec)
+            results.append(resolve_one(io, job, request, fresh or [], task))
+    return results
 
 
 def resolve_one(
@@ -355,4 +360,4 @@ class LocalResolver:
     """Stage 2 in this process (tests, and tables without a Spark session)."""
 
     def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
-        return list(resolve_shards(job, requests))
+        return resolve_shards(job, requests)

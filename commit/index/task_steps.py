@@ -40,7 +40,6 @@ from calving.commit.index.matches import Matches
 from calving.commit.index.shard_batch import BatchKeys, merge_results
 from calving.commit.index.shard_lookup import ShardJob, ShardResult, resolve_shards
 from calving.commit.index.shards import ShardFile, ShardManifest
-from calving.commit.io_sync import synced_together
 from calving.commit.spec.data_file import DataFile
 
 
@@ -88,8 +87,7 @@ def run_task_steps(
     out = TaskSteps(job.manifest_location, job.snapshot_id, file_rows, delete_rows, task=task)
     try:
         batch = BatchKeys.of(manifest, keys, files)
-        with synced_together():  # the deltas (and bases) durable before they are named
-            results = list(resolve_shards(job, batch.requests(manifest, None), task))
+        results = resolve_shards(job, batch.requests(manifest, None), task)
     except CalvingError as err:  # the separate stage tries again, and names the failure
         return replace(out, unreadable=f"{type(err).__name__}: {err}")
     bad = next((r for r in results if r.unreadable), None)

@@ -34,7 +34,6 @@ from calving.commit.index.shard_lookup import (
 from calving.commit.index.sharded import ShardedIndex, choose_mode
 from calving.commit.index.shards import ShardFile
 from calving.commit.io import FileIO
-from calving.commit.io_sync import synced_together
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.summary import live_rows
 from calving.commit.table.table import Table
@@ -54,8 +53,7 @@ class ShardStageError(CalvingError):
 
 
 def _steps(job: ShardJob, task: int, group: Sequence[ShardRequest]) -> list[ShardResult]:
-    with synced_together():  # the group's files durable together, before they are named
-        return list(resolve_shards(job, group))
+    return resolve_shards(job, group)
 
 
 @dataclass
@@ -73,8 +71,7 @@ class SparkShardResolver:
         if rows <= job.driver_step_keys and entries <= DRIVER_SHARD_ENTRIES:
             self.in_driver += 1
             small = replace(job, cache_bytes=min(job.cache_bytes, DRIVER_CACHE_BYTES))
-            with synced_together():
-                return list(resolve_shards(small, requests))
+            return resolve_shards(small, requests)
         sc = self.spark.sparkContext
         cores = max(1, int(sc.defaultParallelism))
         # A task costs tens of milliseconds however little it does: a small batch's

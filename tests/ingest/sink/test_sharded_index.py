@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -607,3 +608,43 @@ def test_a_composite_key_of_a_string_and_a_long(sqlite_catalog: Any) -> None:
     writer.check()
     sharded = writer.coordinator.sharded
     assert sharded is not None and sharded.rebuilds == 0
+
+
+def test_a_tasks_shard_steps_are_fsynced_together(
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write task's delta files (one a shard it steps) are made durable together: the
+    shards' directory is fsynced once a task, not once a file."""
+    from calving.commit import io_sync
+
+    table = create_table(
+        sqlite_catalog,
+        ("db", "steps_synced"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0"},
+    )
+    writer = Writer(table, shards=4)
+    rng = random.Random(8)
+    _task_batch(writer, {k: f"a-{k}" for k in rng.sample(range(200), 40)}, [])
+    synced: list[str] = []
+    fsync_dir = io_sync.fsync_dir
+
+    def counted(directory: str) -> None:
+        synced.append(directory)
+        fsync_dir(directory)
+
+    monkeypatch.setattr(io_sync, "fsync_dir", counted)
+    steps = run_task_steps
+    per_task: list[int] = []
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        before = len(synced)
+        out = steps(*args, **kwargs)
+        per_task.append(sum(1 for d in synced[before:] if d.endswith("calving-index/shards")))
+        assert len(out.chains) == 4  # each task stepped every shard: 4 delta files
+        return out
+
+    monkeypatch.setattr(sys.modules[__name__], "run_task_steps", run)
+    _task_batch(writer, {k: f"b-{k}" for k in rng.sample(range(200), 40)}, [])
+    writer.check()
+    assert per_task == [1, 1]

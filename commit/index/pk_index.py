@@ -45,6 +45,7 @@ from calving.commit.index.keys import (
     Keys,
 )
 from calving.commit.index.matches import Matches
+from calving.commit.sorted_sets import all_distinct, unique_sorted
 from calving.commit.spec.position_map import PositionMap
 from calving.commit.spec.types import PrimitiveType
 
@@ -264,7 +265,7 @@ class PrimaryKeyIndex:
             pos64 = _as_positions(positions)
             if len(pos64) != n:
                 raise IndexUpdateError(f"{file_path}: {n} keys but {len(pos64)} positions")
-            if len(np.unique(pos64)) != n:
+            if not all_distinct(pos64):
                 raise IndexUpdateError(f"{file_path}: repeated positions")
             top = int(pos64.max()) + 1 if n else 0
         rows = top if row_count is None else row_count
@@ -503,7 +504,7 @@ class PrimaryKeyIndex:
     def compact(self) -> None:
         """Merge everything into one sorted base run without dead entries."""
         if self._tomb_pending:
-            self._tomb = np.union1d(self._tomb, np.concatenate(self._tomb_pending))
+            self._tomb = _insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
             self._tomb_pending = []
         merged = _concat_runs([self._base, self._delta, *self._pending])
         alive = self._alive(merged.file_ids, merged.positions)
@@ -611,18 +612,21 @@ def _tombstoned(
     row of those files; past ``_BITMAP_BYTES_PER_ENTRY`` bytes an entry the search is
     kept. ``by_bitmap`` forces either way."""
     n = len(file_ids)
-    tomb_files = (tomb >> np.uint64(32)).astype(np.int64)
-    tomb_rows = (tomb & np.uint64(MAX_POSITION)).astype(np.int64)
-    first_of_file = np.flatnonzero(np.r_[True, tomb_files[1:] != tomb_files[:-1]])
-    files = tomb_files[first_of_file]
-    rows = file_rows[files].astype(np.int64)
-    total = int(rows.sum())
-    if by_bitmap is None:
-        by_bitmap = n >= 4 * len(tomb) and total <= 8 * _BITMAP_BYTES_PER_ENTRY * n
+    if by_bitmap is None and n < 4 * len(tomb):
+        by_bitmap = False  # a lookup's candidates: no need to look at the files
+    if by_bitmap is not False:
+        tomb_files = (tomb >> np.uint64(32)).astype(np.int64)
+        first_of_file = np.flatnonzero(np.r_[True, tomb_files[1:] != tomb_files[:-1]])
+        files = tomb_files[first_of_file]
+        rows = file_rows[files].astype(np.int64)
+        total = int(rows.sum())
+        if by_bitmap is None:
+            by_bitmap = total <= 8 * _BITMAP_BYTES_PER_ENTRY * n
     if not by_bitmap:
         locs = (file_ids.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
         at = np.minimum(np.searchsorted(tomb, locs), len(tomb) - 1)
         return tomb[at] == locs  # type: ignore[no-any-return]
+    tomb_rows = (tomb & np.uint64(MAX_POSITION)).astype(np.int64)
     offset = np.full(len(file_rows), -1, np.int64)
     offset[files] = np.cumsum(rows) - rows
     bit = offset[tomb_files] + tomb_rows  # ascending, as the tombstones are
@@ -657,7 +661,7 @@ def _insert_sorted(sorted_unique: np.ndarray, values: np.ndarray) -> np.ndarray:
     either when they already ascend, as one file's deleted positions do)."""
     values = values.astype(sorted_unique.dtype, copy=False)
     ascending = len(values) < 2 or bool(np.all(values[1:] > values[:-1]))
-    new = values if ascending else np.unique(values)
+    new = values if ascending else unique_sorted(values)
     if not len(sorted_unique):
         return new
     at = np.searchsorted(sorted_unique, new)

@@ -21,6 +21,7 @@ from calving.commit.index.shard_chain import AddedFile, ShardDiff
 from calving.commit.index.shard_lookup import ShardRequest, ShardResult
 from calving.commit.index.shards import ShardManifest, shard_of
 from calving.commit.index.store import IndexMismatchError
+from calving.commit.sorted_sets import distinct_ids
 from calving.commit.spec.data_file import DataFile
 
 
@@ -51,7 +52,7 @@ class BatchKeys:
                 continue
             fk = codec.encode(file_keys)
             where = shard_of(DEFAULT_HASHER.hash(fk), count)
-            for s in np.unique(where):
+            for s in distinct_ids(where):
                 rows = np.flatnonzero(where == s)
                 added.setdefault(int(s), []).append(
                     AddedFile(data_file.file_path, data_file.record_count, fk.take(rows), rows)
@@ -66,7 +67,7 @@ class BatchKeys:
             )
         if catch_up is not None:
             return list(range(self.shard_count))
-        return sorted(set(np.unique(self.key_shard).tolist()) | set(self.added))
+        return sorted(set(distinct_ids(self.key_shard).tolist()) | set(self.added))
 
     def rows_of(self, manifest: ShardManifest, catch_up: ShardDiff | None) -> dict[int, np.ndarray]:
         return {s: np.flatnonzero(self.key_shard == s) for s in self.wanted(manifest, catch_up)}

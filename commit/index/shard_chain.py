@@ -50,6 +50,7 @@ from calving.commit.index.shards import (
 from calving.commit.index.snapshot_diff import SnapshotDiff
 from calving.commit.index.store import live_keys
 from calving.commit.io import FileIO
+from calving.commit.sorted_sets import distinct_ids
 from calving.commit.spec.data_file import DataFile
 
 _MD_DELTA = b"calving.index.delta"
@@ -155,7 +156,7 @@ def read_delta(
     )
     kept = np.flatnonzero(~flags)
     added = []
-    for i in np.unique(file_index[kept]):
+    for i in distinct_ids(file_index[kept]):
         rows = kept[file_index[kept] == i]
         path, row_count = files[int(i)]
         added.append(AddedFile(path, row_count, keys.take(rows), positions[rows].astype(np.int64)))

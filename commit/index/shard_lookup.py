@@ -48,6 +48,7 @@ from calving.commit.index.shard_chain import (
 from calving.commit.index.shards import ShardFile, ShardHeader, ShardManifest
 from calving.commit.io import FileIO
 from calving.commit.io_sync import synced_together
+from calving.commit.sorted_sets import dense_ids, unique_sorted
 
 #: Bytes of shards a Python process keeps between batches (least recently used go).
 DEFAULT_CACHE_BYTES = 1 << 30
@@ -239,7 +240,7 @@ def resolve_one(
         catch_up_shard(index, request.shard, manifest.shard_count, job.catch_up, fresh)
         before = len(index)
     matches = index.lookup_encoded(request.lookups)
-    used, file_index = np.unique(matches.file_ids, return_inverse=True)
+    used, file_index = dense_ids(matches.file_ids)
     paths = tuple(matches.paths[int(f)] for f in used)
     deleted = Deleted(
         tuple((p, index.file_row_count(p)) for p in paths),
@@ -248,7 +249,7 @@ def resolve_one(
         matches.positions,
     )
     located = (file_index.astype(np.uint64) << np.uint64(32)) | matches.positions.astype(np.uint64)
-    after = before - len(np.unique(located)) + sum(len(f.positions) for f in request.added)
+    after = before - len(unique_sorted(located)) + sum(len(f.positions) for f in request.added)
     new = _write_step(io, job, request, index, deleted, after, task)
     # A write task leaves its shard as the manifest has it: the batch's chain holds
     # every task's delta, its own among them, which the next batch applies in order

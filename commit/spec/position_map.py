@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calving.commit.errors import CorruptFileError, Terminal
+from calving.commit.sorted_sets import distinct_ids
 
 MAGIC = b"CALVPMAP"
 FORMAT_VERSION = 1
@@ -113,7 +114,7 @@ class PositionMap:
         target = self.new_file[run]
         moved = self.new_start[run] + (pos - self.old_start[run])
         out: dict[str, np.ndarray] = {}
-        for t in np.unique(target):
+        for t in distinct_ids(target):
             out[self.new_files[int(t)]] = np.sort(moved[target == t])
         return out
 

@@ -26,6 +26,7 @@ import mmh3
 import numpy as np
 
 from calving.commit.errors import CorruptFileError
+from calving.commit.sorted_sets import unique_sorted
 
 DEFAULT_SEED = 9001
 DEFAULT_K = 4096
@@ -67,7 +68,7 @@ class ThetaSketch:
     @staticmethod
     def of_hashes(hashes: np.ndarray, k: int = DEFAULT_K, theta: int = MAX_THETA) -> ThetaSketch:
         """The sketch of a set of hashes (duplicates allowed): the k smallest below theta."""
-        kept = np.unique(hashes[hashes < np.uint64(theta)]) if len(hashes) else hashes
+        kept = unique_sorted(hashes[hashes < np.uint64(theta)]) if len(hashes) else hashes
         if len(kept) > k:
             theta = int(kept[k])
             kept = kept[:k]

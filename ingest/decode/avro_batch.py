@@ -44,6 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from calving.commit.sorted_sets import unique_sorted
 from calving.commit.spec.types import PrimitiveType
 from calving.ingest.decode.avro_confluent import HEADER_SIZE, ConfluentAvroReader, WriterSchema
 from calving.ingest.decode.batch import (
@@ -238,7 +239,7 @@ class BodyReader:
         data = values.buffers()[2]
         view = io.BytesIO(memoryview(data) if data is not None else b"")
         read = fastavro.schemaless_reader
-        for schema_id in np.unique(ids[rows]).tolist():
+        for schema_id in unique_sorted(ids[rows]).tolist():
             members = rows[ids[rows] == schema_id]
             try:
                 writer = self.reader.writer_schema(int(schema_id))

@@ -350,7 +350,7 @@ def to_target(
         child = to_target(flat, t.value_type, ice.element_type, options, child_bad)
         if child_bad.any():
             parents = pc.list_parent_indices(arr).to_numpy()
-            bad[np.unique(parents[child_bad])] = True
+            bad[parents[child_bad]] = True
         offsets = arr.offsets.to_numpy().astype(np.int64)
         if len(offsets):
             offsets -= offsets[0]
@@ -499,7 +499,7 @@ def _nonfinite(arr: pa.Array) -> np.ndarray:
         child = _nonfinite(arr.flatten())
         if child.any():
             parents = pc.list_parent_indices(arr).to_numpy()
-            bad[np.unique(parents[child])] = True
+            bad[parents[child]] = True
     return bad
 
 
@@ -599,5 +599,5 @@ def required_violations(array: pa.Array, field: pa.Field) -> Any:
         child_bad = required_violations(values, t.value_field)
         if child_bad.any():
             parents = pc.list_parent_indices(array).to_numpy()
-            bad[np.unique(parents[child_bad])] = True
+            bad[parents[child_bad]] = True
     return bad

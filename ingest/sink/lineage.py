@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from calving.commit import index as pk
 from calving.commit.io import FileIO
+from calving.commit.sorted_sets import distinct_ids
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.row_ids import UNKNOWN, RowIdReader
@@ -60,7 +61,7 @@ def keep_row_ids(
     which = np.searchsorted(offsets, rows, side="right") - 1  # the file of each row
     files = list(parsed.files)
     jobs: dict[int, tuple[DataFile, np.ndarray]] = {}
-    for j in (int(j) for j in np.unique(which)):
+    for j in (int(j) for j in distinct_ids(which)):
         f = files[j][0]
         here = which == j
         stored = np.full(f.record_count, UNKNOWN, np.int64)
@@ -121,7 +122,7 @@ def _old_row_ids(
 ) -> np.ndarray:
     """The ``_row_id`` at each (old file id, position)."""
     out = np.full(len(file_ids), UNKNOWN, np.int64)
-    groups = {int(fid): np.flatnonzero(file_ids == fid) for fid in np.unique(file_ids)}
+    groups = {int(fid): np.flatnonzero(file_ids == fid) for fid in distinct_ids(file_ids)}
     by_path = {matches.file_path(fid): positions[at] for fid, at in groups.items()}
     resolved = reader.row_ids(metadata, by_path)
     for fid, at in groups.items():

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,102 +37,29 @@ from pyroaring import BitMap64
 from calving.commit.errors import Terminal, UnsupportedFeatureError
 from calving.commit.index.keys import (
     DEFAULT_HASHER,
-    ByteKeys,
     IntKeys,
     KeyCodec,
     KeyHasher,
     Keys,
 )
 from calving.commit.index.matches import Matches
-from calving.commit.sorted_sets import all_distinct, unique_sorted
+from calving.commit.index.runs import (
+    MAX_POSITION,
+    Run,
+    concat_runs,
+    empty_run,
+    insert_sorted,
+    merge_sorted,
+    tombstoned,
+)
+from calving.commit.sorted_sets import all_distinct
 from calving.commit.spec.position_map import PositionMap
 from calving.commit.spec.types import PrimitiveType
-
-MAX_POSITION = (1 << 32) - 1
 
 
 class IndexUpdateError(Terminal):
     """An update that does not fit the index: unknown or already indexed file, position
     out of the file's range, malformed positions."""
-
-
-# ---------------------------------------------------------------- runs
-
-
-@dataclass(frozen=True)
-class _Run:
-    hashes: np.ndarray  # uint64
-    file_ids: np.ndarray  # uint32
-    positions: np.ndarray  # uint32
-    keys: Keys | None  # None: the hash stands for the key
-
-    def __len__(self) -> int:
-        return len(self.hashes)
-
-    @property
-    def nbytes(self) -> int:
-        extra = self.keys.nbytes if self.keys is not None else 0
-        return int(self.hashes.nbytes + self.file_ids.nbytes + self.positions.nbytes + extra)
-
-    def take(self, rows: np.ndarray) -> _Run:
-        keys = self.keys.take(rows) if self.keys is not None else None
-        return _Run(self.hashes[rows], self.file_ids[rows], self.positions[rows], keys)
-
-    def sorted(self) -> _Run:
-        if len(self) < 2 or bool(np.all(self.hashes[1:] >= self.hashes[:-1])):
-            return self
-        return self.take(np.argsort(self.hashes, kind="stable"))
-
-
-def _empty_run(int_mode: bool, store_keys: bool) -> _Run:
-    keys: Keys | None = None
-    if store_keys:
-        keys = IntKeys.concat([]) if int_mode else ByteKeys.concat([])
-    return _Run(np.empty(0, np.uint64), np.empty(0, np.uint32), np.empty(0, np.uint32), keys)
-
-
-def _concat_runs(runs: Sequence[_Run]) -> _Run:
-    runs = [r for r in runs if len(r)] or list(runs[:1])
-    if len(runs) == 1:
-        return runs[0]
-    keys: Keys | None = None
-    if runs[0].keys is not None:
-        first = runs[0].keys
-        parts = [r.keys for r in runs]
-        keys = first.concat(parts)  # type: ignore[arg-type]
-    return _Run(
-        np.concatenate([r.hashes for r in runs]),
-        np.concatenate([r.file_ids for r in runs]),
-        np.concatenate([r.positions for r in runs]),
-        keys,
-    )
-
-
-def _merge_sorted(a: _Run, b: _Run) -> _Run:
-    """Two runs sorted by hash as one, each of ``b``'s entries after ``a``'s of an equal
-    hash (what a stable sort of their concatenation gives), without sorting ``a``
-    again: a batch's few entries join a delta of up to an eighth of the base in one
-    pass over it, where a sort of the whole delta cost more each batch as it grew."""
-    if not len(b):
-        return a
-    if not len(a):
-        return b
-    at = np.searchsorted(a.hashes, b.hashes, "right")
-    if a.keys is None:  # np.insert keeps values bound for one place in their order
-        return _Run(
-            np.insert(a.hashes, at, b.hashes),
-            np.insert(a.file_ids, at, b.file_ids),
-            np.insert(a.positions, at, b.positions),
-            None,
-        )
-    n, m = len(a), len(b)
-    slots = at + np.arange(m)
-    order = np.empty(n + m, np.int64)
-    from_b = np.zeros(n + m, bool)
-    from_b[slots] = True
-    order[slots] = np.arange(n, n + m)
-    order[~from_b] = np.arange(n)
-    return _concat_runs([a, b]).take(order)
 
 
 # ---------------------------------------------------------------- the index
@@ -170,9 +96,9 @@ class PrimaryKeyIndex:
         self.min_merge_rows = min_merge_rows
         self.merge_fraction = merge_fraction
         self._store_keys = not (self.codec.int_mode and hasher.ints_are_keys)
-        self._base = _empty_run(self.codec.int_mode, self._store_keys)
+        self._base = empty_run(self.codec.int_mode, self._store_keys)
         self._delta = self._base
-        self._pending: list[_Run] = []
+        self._pending: list[Run] = []
         self._tomb = np.empty(0, np.uint64)
         self._tomb_pending: list[np.ndarray] = []
         self._paths: list[str] = []
@@ -296,7 +222,7 @@ class PrimaryKeyIndex:
         file_ids = np.full(len(keys), fid, np.uint32)
         if len(keys):
             self._pending.append(
-                _Run(hashes, file_ids, positions, keys if self._store_keys else None)
+                Run(hashes, file_ids, positions, keys if self._store_keys else None)
             )
 
     def delete_positions(self, file_path: str, positions: Any) -> None:
@@ -378,7 +304,7 @@ class PrimaryKeyIndex:
         moved_to = np.zeros(len(new_ids), dtype=np.int64)
         moved_from = np.zeros(len(old_ids), dtype=np.int64)
 
-        def remapped(run: _Run) -> _Run:
+        def remapped(run: Run) -> Run:
             of = which[run.file_ids]
             rows = np.flatnonzero(of >= 0)
             if not len(rows):
@@ -390,7 +316,7 @@ class PrimaryKeyIndex:
             file_ids, positions = run.file_ids.copy(), run.positions.copy()
             file_ids[rows] = new_ids[new_file]
             positions[rows] = new_pos.astype(np.uint32)
-            return _Run(run.hashes, file_ids, positions, run.keys)
+            return Run(run.hashes, file_ids, positions, run.keys)
 
         self._base = remapped(self._base)
         self._delta = remapped(self._delta)
@@ -429,7 +355,7 @@ class PrimaryKeyIndex:
         found[key_rows] = True
         return Matches(found, key_rows, file_ids, positions, self._paths)
 
-    def _probe_order(self, hashes: np.ndarray, runs: Sequence[_Run]) -> np.ndarray:
+    def _probe_order(self, hashes: np.ndarray, runs: Sequence[Run]) -> np.ndarray:
         """The key rows to probe, in hash order (sorted probes walk memory in order).
         A key whose hash lies outside every (sorted) run's first..last hash is in no
         run: with int keys, which hash in key order, such keys are left out before the
@@ -448,7 +374,7 @@ class PrimaryKeyIndex:
         return ordered
 
     def _probe(
-        self, run: _Run, probes: np.ndarray, order: np.ndarray, keys: Keys
+        self, run: Run, probes: np.ndarray, order: np.ndarray, keys: Keys
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         size = len(run)
         # Only probes within the run's hash range can match: with int keys (hashed in
@@ -484,7 +410,7 @@ class PrimaryKeyIndex:
     def _alive(self, file_ids: np.ndarray, positions: np.ndarray) -> np.ndarray:
         alive = self._file_live[file_ids]
         if len(self._tomb):
-            alive &= ~_tombstoned(self._tomb, self._file_rows, file_ids, positions)
+            alive &= ~tombstoned(self._tomb, self._file_rows, file_ids, positions)
         return alive  # type: ignore[no-any-return]
 
     # ------------------------------------------------------------ maintenance
@@ -492,10 +418,10 @@ class PrimaryKeyIndex:
     def _settle(self) -> None:
         """Sort pending additions into the delta; merge fully when deletes pile up."""
         if self._pending:
-            self._delta = _merge_sorted(self._delta, _concat_runs(self._pending).sorted())
+            self._delta = merge_sorted(self._delta, concat_runs(self._pending).sorted())
             self._pending = []
         if self._tomb_pending:
-            self._tomb = _insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
+            self._tomb = insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
             self._tomb_pending = []
         limit = max(self.min_merge_rows, int(len(self._base) * self.merge_fraction))
         if len(self._delta) > limit or len(self._tomb) > limit or self._dead_entries > limit:
@@ -504,14 +430,14 @@ class PrimaryKeyIndex:
     def compact(self) -> None:
         """Merge everything into one sorted base run without dead entries."""
         if self._tomb_pending:
-            self._tomb = _insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
+            self._tomb = insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
             self._tomb_pending = []
-        merged = _concat_runs([self._base, self._delta, *self._pending])
+        merged = concat_runs([self._base, self._delta, *self._pending])
         alive = self._alive(merged.file_ids, merged.positions)
         if not alive.all():
             merged = merged.take(np.flatnonzero(alive))
         self._base = merged.sorted()
-        self._delta = _empty_run(self.codec.int_mode, self._store_keys)
+        self._delta = empty_run(self.codec.int_mode, self._store_keys)
         self._pending = []
         self._tomb = np.empty(0, np.uint64)
         self._file_entries[: len(self._paths)] = np.bincount(
@@ -584,63 +510,10 @@ class PrimaryKeyIndex:
         if isinstance(keys, IntKeys) != index.codec.int_mode:
             raise IndexUpdateError("key column kind does not fit the key types")
         hashes = index.hasher.hash(keys)
-        run = _Run(hashes, file_index, positions, keys if index._store_keys else None)
+        run = Run(hashes, file_index, positions, keys if index._store_keys else None)
         index._base = run.sorted()
         index._file_entries[: len(files)] = np.bincount(file_index, minlength=len(files))
         return index
-
-
-#: A full run's entries are checked against the tombstones through a bitmap when it
-#: takes at most this many bytes an entry (else by a binary search each).
-_BITMAP_BYTES_PER_ENTRY = 8
-
-
-def _tombstoned(
-    tomb: np.ndarray,
-    file_rows: np.ndarray,
-    file_ids: np.ndarray,
-    positions: np.ndarray,
-    by_bitmap: bool | None = None,
-) -> np.ndarray:
-    """Which entries ``(file_ids[i], positions[i])`` the tombstones ``tomb`` (sorted,
-    unique ``file id << 32 | position``) name.
-
-    A few entries (a lookup's candidates) are searched for in the tombstones. Many (a
-    full merge's whole run) are looked up in a bitmap over the rows of the files that
-    have tombstones: one gather an entry, where a binary search each was three quarters
-    of a shard's merge in a stream's profile (0.71 of 0.98 s). The bitmap takes a bit a
-    row of those files; past ``_BITMAP_BYTES_PER_ENTRY`` bytes an entry the search is
-    kept. ``by_bitmap`` forces either way."""
-    n = len(file_ids)
-    if by_bitmap is None and n < 4 * len(tomb):
-        by_bitmap = False  # a lookup's candidates: no need to look at the files
-    if by_bitmap is not False:
-        tomb_files = (tomb >> np.uint64(32)).astype(np.int64)
-        first_of_file = np.flatnonzero(np.r_[True, tomb_files[1:] != tomb_files[:-1]])
-        files = tomb_files[first_of_file]
-        rows = file_rows[files].astype(np.int64)
-        total = int(rows.sum())
-        if by_bitmap is None:
-            by_bitmap = total <= 8 * _BITMAP_BYTES_PER_ENTRY * n
-    if not by_bitmap:
-        locs = (file_ids.astype(np.uint64) << np.uint64(32)) | positions.astype(np.uint64)
-        at = np.minimum(np.searchsorted(tomb, locs), len(tomb) - 1)
-        return tomb[at] == locs  # type: ignore[no-any-return]
-    tomb_rows = (tomb & np.uint64(MAX_POSITION)).astype(np.int64)
-    offset = np.full(len(file_rows), -1, np.int64)
-    offset[files] = np.cumsum(rows) - rows
-    bit = offset[tomb_files] + tomb_rows  # ascending, as the tombstones are
-    byte = bit >> 3
-    first_of_byte = np.flatnonzero(np.r_[True, byte[1:] != byte[:-1]])
-    bitmap = np.zeros((total + 7) // 8, np.uint8)
-    flags = np.left_shift(1, bit & 7).astype(np.uint8)
-    bitmap[byte[first_of_byte]] = np.bitwise_or.reduceat(flags, first_of_byte)
-    start = offset[file_ids]
-    named = np.flatnonzero(start >= 0)
-    at_bit = start[named] + positions[named].astype(np.int64)
-    dead = np.zeros(n, bool)
-    dead[named] = (bitmap[at_bit >> 3] >> (at_bit & 7).astype(np.uint8)) & np.uint8(1) != 0
-    return dead
 
 
 def _as_positions(positions: Any) -> np.ndarray:
@@ -653,17 +526,3 @@ def _as_positions(positions: Any) -> np.ndarray:
     if len(pos) and int(pos.min()) < 0:
         raise IndexUpdateError("negative position")
     return pos
-
-
-def _insert_sorted(sorted_unique: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """``np.union1d(sorted_unique, values)`` without sorting the (large) first array
-    again: the few new values are inserted at their places (``values`` are not sorted
-    either when they already ascend, as one file's deleted positions do)."""
-    values = values.astype(sorted_unique.dtype, copy=False)
-    ascending = len(values) < 2 or bool(np.all(values[1:] > values[:-1]))
-    new = values if ascending else unique_sorted(values)
-    if not len(sorted_unique):
-        return new
-    at = np.searchsorted(sorted_unique, new)
-    present = sorted_unique[np.minimum(at, len(sorted_unique) - 1)] == new
-    return np.insert(sorted_unique, at[~present], new[~present])

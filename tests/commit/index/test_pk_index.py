@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from pyroaring import BitMap64
 
 from calving.commit.errors import UnsupportedFeatureError
@@ -164,21 +162,6 @@ def test_positions_past_two_to_the_32_are_refused_not_wrapped() -> None:
     assert index.file_paths == []
 
 
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.integers(0, 2**64 - 1), max_size=60),
-    st.lists(st.integers(0, 2**64 - 1), max_size=20),
-)
-def test_tombstones_merge_as_a_sorted_union(existing, new):
-    from calving.commit.index.pk_index import _insert_sorted
-
-    base = np.unique(np.array(existing, dtype=np.uint64))
-    values = np.array(new + existing[:3], dtype=np.uint64)  # some already present
-    merged = _insert_sorted(base, values)
-    assert merged.dtype == np.uint64
-    assert merged.tolist() == np.union1d(base, values).tolist()
-
-
 def test_a_rewrite_moves_entries_in_place_and_leaves_no_dead_weight() -> None:
     """Following a position map moves the entries of the rewritten files: nothing is
     added, nothing re-sorted (the base keeps its hash array), and only the rows the
@@ -211,60 +194,6 @@ def test_a_rewrite_moves_entries_in_place_and_leaves_no_dead_weight() -> None:
     assert got == [(0, "n", 0), (1, "n", 5), (2, "n", 6), (3, "n", 8), (5, "c", 5)]
     assert sorted(index.file_paths) == ["c", "n"]
     assert index.live_rows_per_file() == {"c": 10, "n": 9}
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    st.lists(st.integers(0, 40), max_size=60),
-    st.lists(st.integers(0, 40), max_size=20),
-)
-def test_a_batch_joins_the_sorted_delta_as_a_stable_sort_of_both_would(
-    delta: list[int], batch: list[int]
-) -> None:
-    from calving.commit.index.keys import IntKeys
-    from calving.commit.index.pk_index import _concat_runs, _merge_sorted, _Run
-
-    def run(hashes: list[int], first_id: int, with_keys: bool) -> _Run:
-        n = len(hashes)
-        ids = np.arange(first_id, first_id + n, dtype=np.uint32)
-        keys = IntKeys(ids.astype(np.int64)) if with_keys else None
-        return _Run(np.array(hashes, np.uint64), ids, ids.copy(), keys)
-
-    for with_keys in (False, True):  # the hash stands for the key, or keys stored
-        a = run(sorted(delta), 0, with_keys)
-        b = run(batch, len(delta), with_keys).sorted()
-        merged = _merge_sorted(a, b)
-        want = _concat_runs([a, b])
-        want = want.take(np.argsort(want.hashes, kind="stable"))
-        assert merged.hashes.tolist() == want.hashes.tolist()
-        # equal hashes keep their order: the delta's entries first, then the batch's
-        assert merged.file_ids.tolist() == want.file_ids.tolist()
-        assert merged.positions.tolist() == want.positions.tolist()
-        if with_keys:
-            assert isinstance(merged.keys, IntKeys) and isinstance(want.keys, IntKeys)
-            assert merged.keys.values.tolist() == want.keys.values.tolist()
-
-
-@settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_tombstones_are_found_alike_by_search_and_by_bitmap(data: st.DataObject) -> None:
-    """A full merge's check of every entry against the tombstones (a bitmap over the
-    rows of the files with tombstones) and a lookup's (a binary search each) agree with
-    a set of (file, position): entries of files without tombstones, the first and last
-    row of a file, positions at byte edges of the bitmap."""
-    from calving.commit.index.pk_index import _tombstoned
-
-    file_rows = np.array(data.draw(st.lists(st.integers(1, 40), min_size=1, max_size=6)), np.int64)
-    rows = [(f, p) for f, n in enumerate(file_rows.tolist()) for p in range(n)]
-    dead = data.draw(st.sets(st.sampled_from(rows), min_size=1))
-    entries = data.draw(st.lists(st.sampled_from(rows), min_size=1, max_size=300))
-    tomb = np.array(sorted((f << 32) | p for f, p in dead), np.uint64)
-    file_ids = np.array([f for f, _ in entries], np.uint32)
-    positions = np.array([p for _, p in entries], np.uint32)
-    want = [e in dead for e in entries]
-    for by_bitmap in (False, True, None):  # the search, the bitmap, the choice
-        got = _tombstoned(tomb, file_rows, file_ids, positions, by_bitmap)
-        assert got.tolist() == want, by_bitmap
 
 
 def test_a_full_merge_drops_the_deleted_entries_through_the_bitmap() -> None:

@@ -169,8 +169,10 @@ class CalvingSink:
         """The stream is starting: open the keyed table's primary-key index (rebuilding
         it when lost; in sharded mode, its shards) in a thread of its own while the
         query starts, so the first batch does not wait for all of it. The first batch
-        joins the thread; if opening failed there, it is logged and the batch opens the
-        index itself (and raises what it finds)."""
+        writes its files meanwhile (in sharded mode without the write tasks' steps, if
+        the shards are not open yet: the separate stage resolves its keys) and joins
+        the thread before it commits; if opening failed there, it is logged and the
+        batch opens the index itself (and raises what it finds)."""
         self._use(spark)
         if self._opening is not None or not self.coordinator.keyed:
             return
@@ -189,6 +191,9 @@ class CalvingSink:
                 self.table.name,
                 err,
             )
+
+    def _index_opening(self) -> bool:
+        return self._opening is not None and self._opening.is_alive()
 
     def _opened(self) -> None:
         if self._opening is not None:
@@ -215,8 +220,10 @@ class CalvingSink:
     def __call__(self, df: Any, batch_id: int) -> None:
         started = time.monotonic()
         self._use(df.sparkSession)
-        self._opened()
+        # The index may still be opening (``open_early``): the write job does not need
+        # it, so it runs meanwhile, and the commit joins the opening.
         parsed = self._parse_batch(df, batch_id)
+        self._opened()
         commit_started = time.monotonic()
         if self.metrics is not None:
             self.metrics.commit_starting()
@@ -247,6 +254,8 @@ class CalvingSink:
     def _parse_batch(self, df: Any, batch_id: int) -> ParsedMessages:
         """Write the batch's data files (executors); their commit messages, parsed."""
         parsed = self._write(df, batch_id)
+        if parsed.unknown_fields and self.evolve_schema:
+            self._opened()  # the evolution commits: after the opening read the table
         if parsed.unknown_fields and self.evolve_schema and self._evolve(parsed.unknown_fields):
             forget_files(self.table, parsed)
             # Decode again, now into the new columns; the dead letters the first pass
@@ -271,7 +280,9 @@ class CalvingSink:
                 self.dead_letter_max_bytes,
                 already_sent,
             ),
-            shard_job=self.coordinator.shard_job(),
+            # While the index still opens, the keys go to the separate stage after the
+            # write job (sharded mode), which then runs beside the shards' rebuild.
+            shard_job=None if self._index_opening() else self.coordinator.shard_job(),
         )
 
     def _write(

@@ -225,3 +225,52 @@ def test_the_index_opens_while_the_stream_starts(
     _check(table, stream.expected)
     if sharded is not None:
         assert sharded.rebuilds == 1  # opened once: early, or by the first batch
+
+
+@pytest.mark.parametrize("mode", ["sharded", "driver"])
+def test_the_first_batch_writes_while_the_index_still_opens(
+    mode: str, spark: Any, broker: Any, make_topic: Any, sqlite_catalog: Any, tmp_path: Any
+) -> None:
+    """A restarted stream whose index is lost: the first batch's write job runs while
+    the early open still rebuilds the index (the open here waits until the write job
+    has started; a batch that joined the open first would keep it waiting), then the
+    batch joins it and commits (sharded mode: its keys resolved by the separate stage).
+    One rebuild in all, and the table reads back exactly."""
+    topic = make_topic(partitions=2)
+    stream = cdc_events(keys=400, events=2400, partitions=2)
+    half = len(stream.records) // 2
+    produce(broker.bootstrap_servers, topic, stream.records[:half])
+    properties = {**SHARDED, "calving.index.mode": mode}
+    table = create_table(sqlite_catalog, ("db", f"overlap_{mode}"), SCHEMA, properties=properties)
+    checkpoint = str(tmp_path / "ckpt")
+    first = _sink(table)
+    drain(spark, broker.bootstrap_servers, topic, first, checkpoint, max_offsets_per_trigger=1500)
+    first.close()
+    table.commit_or_raise(UpdateProperties(remove=(INDEX_LOCATION_PROPERTY,)))  # index lost
+    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    restarted = _sink(table)
+    writing = threading.Event()
+    open_saw_the_write: list[bool] = []
+    write, open_index = restarted._write, restarted.coordinator.open_index
+
+    def timed_write(*args: Any, **kwargs: Any) -> Any:
+        writing.set()
+        return write(*args, **kwargs)
+
+    def slow_open() -> None:
+        open_saw_the_write.append(writing.wait(20))
+        open_index()
+
+    restarted._write = timed_write  # type: ignore[method-assign]  # reason: marks the write job's start
+    restarted.coordinator.open_index = slow_open  # type: ignore[method-assign]  # reason: the open waits for it
+    drain(
+        spark, broker.bootstrap_servers, topic, restarted, checkpoint, max_offsets_per_trigger=1500
+    )
+    restarted.close()
+    assert open_saw_the_write == [True]
+    _check(table, stream.expected)
+    sharded = restarted.coordinator.sharded
+    if mode == "sharded":
+        assert sharded is not None and sharded.rebuilds == 1
+    else:
+        assert sharded is None and restarted.coordinator.index is not None

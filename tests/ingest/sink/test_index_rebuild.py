@@ -65,17 +65,40 @@ def shard_contents(io: Any, manifest: Any) -> list[list[tuple[Any, str, int]]]:
 
 
 @pytest.mark.parametrize("key", ["int", "string"])
-@pytest.mark.parametrize("shards,files_per_task", [(1, 0), (8, 1), (32, 2)])
+@pytest.mark.parametrize(
+    "shards,files_per_task,jobs", [(1, 0, 2), (8, 1, 2), (32, 2, 2), (1, 0, 1), (8, 0, 1)]
+)
 def test_spark_shards_equal_the_drivers(
-    spark: Any, sqlite_catalog: Any, key: str, shards: int, files_per_task: int
+    spark: Any,
+    sqlite_catalog: Any,
+    key: str,
+    shards: int,
+    files_per_task: int,
+    jobs: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Through piece files (two jobs, as a table past ``ONE_JOB_ROWS`` is rebuilt) or
+    in one job (each task reading every file, as a smaller table is)."""
     table = sharded_table(sqlite_catalog, key)
     io = table.io
     sc = spark.sparkContext
+    run_tasks = index_rebuild.spark_tasks.run_tasks
+    ran: list[int] = []
+    monkeypatch.setattr(
+        index_rebuild.spark_tasks,
+        "run_tasks",
+        lambda *a: (ran.append(len(a[2])), run_tasks(*a))[1],
+    )
     sc.setJobGroup("the-callers-group", "the caller's jobs")
     try:
         location, manifest = rebuild_sharded(
-            spark, io, table.metadata, shards, io.properties, files_per_task=files_per_task
+            spark,
+            io,
+            table.metadata,
+            shards,
+            io.properties,
+            files_per_task=files_per_task,
+            one_job_rows=10**12 if jobs == 1 else 0,
         )
         # The caller's job group (a streaming query's) and description are kept.
         assert sc.getLocalProperty("spark.jobGroup.id") == "the-callers-group"
@@ -91,6 +114,7 @@ def test_spark_shards_equal_the_drivers(
     merged = load_sharded(io, location, table.metadata)
     assert entries(merged) == entries(driver)
     assert piece_files(table) == []  # stage 2 read them; the driver deleted them
+    assert len(ran) == jobs
 
 
 def test_a_table_without_snapshots_gets_empty_shards(spark: Any, sqlite_catalog: Any) -> None:

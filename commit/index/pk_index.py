@@ -52,8 +52,8 @@ from calving.commit.index.runs import (
     merge_sorted,
     tombstoned,
 )
-from calving.commit.sorted_sets import all_distinct
 from calving.commit.spec.position_map import PositionMap
+from calving.commit.spec.sorted_sets import all_distinct
 from calving.commit.spec.types import PrimitiveType
 
 

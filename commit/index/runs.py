@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calving.commit.index.keys import ByteKeys, IntKeys, Keys
-from calving.commit.sorted_sets import unique_sorted
+from calving.commit.spec.sorted_sets import unique_sorted
 
 #: The largest row position (and file id) an entry holds: both are uint32.
 MAX_POSITION = (1 << 32) - 1

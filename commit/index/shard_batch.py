@@ -21,8 +21,8 @@ from calving.commit.index.shard_chain import AddedFile, ShardDiff
 from calving.commit.index.shard_lookup import ShardRequest, ShardResult
 from calving.commit.index.shards import ShardManifest, shard_of
 from calving.commit.index.store import IndexMismatchError
-from calving.commit.sorted_sets import distinct_ids
 from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.sorted_sets import distinct_ids
 
 
 @dataclass(frozen=True)

@@ -50,8 +50,8 @@ from calving.commit.index.shards import (
 from calving.commit.index.snapshot_diff import SnapshotDiff
 from calving.commit.index.store import live_keys
 from calving.commit.io import FileIO
-from calving.commit.sorted_sets import distinct_ids
 from calving.commit.spec.data_file import DataFile
+from calving.commit.spec.sorted_sets import distinct_ids
 
 _MD_DELTA = b"calving.index.delta"
 

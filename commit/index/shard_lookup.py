@@ -48,7 +48,7 @@ from calving.commit.index.shard_chain import (
 from calving.commit.index.shards import ShardFile, ShardHeader, ShardManifest
 from calving.commit.io import FileIO
 from calving.commit.io_sync import synced_together
-from calving.commit.sorted_sets import dense_ids, unique_sorted
+from calving.commit.spec.sorted_sets import dense_ids, unique_sorted
 
 #: Bytes of shards a Python process keeps between batches (least recently used go).
 DEFAULT_CACHE_BYTES = 1 << 30

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from calving.commit.errors import CorruptFileError, Terminal
-from calving.commit.sorted_sets import distinct_ids
+from calving.commit.spec.sorted_sets import distinct_ids
 
 MAGIC = b"CALVPMAP"
 FORMAT_VERSION = 1

@@ -26,7 +26,7 @@ import mmh3
 import numpy as np
 
 from calving.commit.errors import CorruptFileError
-from calving.commit.sorted_sets import unique_sorted
+from calving.commit.spec.sorted_sets import unique_sorted
 
 DEFAULT_SEED = 9001
 DEFAULT_K = 4096

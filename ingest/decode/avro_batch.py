@@ -44,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from calving.commit.sorted_sets import unique_sorted
+from calving.commit.spec.sorted_sets import unique_sorted
 from calving.commit.spec.types import PrimitiveType
 from calving.ingest.decode.avro_confluent import HEADER_SIZE, ConfluentAvroReader, WriterSchema
 from calving.ingest.decode.batch import (

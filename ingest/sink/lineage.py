@@ -21,9 +21,9 @@ import pyarrow as pa
 
 from calving.commit import index as pk
 from calving.commit.io import FileIO
-from calving.commit.sorted_sets import distinct_ids
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
+from calving.commit.spec.sorted_sets import distinct_ids
 from calving.commit.table.row_ids import UNKNOWN, RowIdReader
 from calving.commit.thread_pools import shared_pool
 from calving.ingest.write.row_ids import store_row_ids

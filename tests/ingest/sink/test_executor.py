@@ -4,6 +4,7 @@ with and without the one-call shortcut (every record past every partition's ledg
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from calving.ingest.sink.executor import drop_committed
 
@@ -45,6 +46,7 @@ def test_another_partitions_higher_ledger_does_not_drop_this_ones_records() -> N
     assert _kept(drop_committed(batch, ledger)) == [("a", 0, 50), ("a", 1, 100)]
 
 
+@pytest.mark.integration
 def test_an_executors_task_modules_do_not_import_the_sql_catalog() -> None:
     """A Spark executor's Python worker imports the task modules cold on its first
     task: SQLAlchemy (0.14 s of the 0.9 s it took) is for the driver's SQL catalog and

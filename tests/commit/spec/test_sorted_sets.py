@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calving.commit.sorted_sets import all_distinct, dense_ids, distinct_ids, unique_sorted
+from calving.commit.spec.sorted_sets import all_distinct, dense_ids, distinct_ids, unique_sorted
 
 DTYPES = [np.uint64, np.int64, np.uint32]
 

@@ -21,7 +21,8 @@ piece files to the second job, writes the shard manifest naming what its tasks
 returned, and deletes the piece files (after a failure too). Messages between driver
 and tasks are frozen dataclasses, pickled by ``spark_tasks`` (one encoder, one decoder).
 
-A table of at most ``ONE_JOB_ROWS`` live rows (4M) is rebuilt by one job instead: shard
+A table of at most ``ONE_JOB_ROWS`` live rows (4M) in at most ``ONE_JOB_FILES`` data
+files (32) is rebuilt by one job instead: shard
 ``s`` goes to task ``s % cores``, and each task reads every file's key column, keeps
 the keys of its shards and writes their files (``shards_from_files``). It reads the
 keys once a core rather than once, and saves a job and the piece files: at the start
@@ -84,6 +85,9 @@ log = logging.getLogger(__name__)
 #: (``shards_from_files``): a second job and the piece files cost more, on executors
 #: just started, than reading a few million keys once a core.
 ONE_JOB_ROWS = 4_000_000
+#: ... and data files up to which (a task opens every file: many small ones, as a
+#: stream leaves before compaction, cost more opened once a core than split).
+ONE_JOB_FILES = 32
 
 
 class IndexRebuildError(CalvingError):
@@ -377,8 +381,9 @@ def rebuild_shards(
     """The base files of shards ``only`` (all when empty) of snapshot ``snapshot_id``
     of the table, written by Spark tasks from its data files; in shard order.
     ``cache_bytes``: the tasks keep the shards they wrote cached (``RebuildJob``). A
-    table of at most ``one_job_rows`` live rows is rebuilt in one job
-    (``shards_from_files``: each task reads every file), a larger one in two."""
+    table of at most ``one_job_rows`` live rows in at most ``ONE_JOB_FILES`` files is
+    rebuilt in one job (``shards_from_files``: each task reads every file), a larger
+    one in two."""
     check_shard_count(shard_count, "shard_count")
     ids, types = key_spec(metadata, key_field_ids)
     snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
@@ -406,7 +411,8 @@ def rebuild_shards(
     wanted = sorted(job.only) if job.only else list(range(shard_count))
     sc = spark.sparkContext
     cores = max(1, int(sc.defaultParallelism))
-    if sum(t.data_file.record_count for t in tasks) <= one_job_rows:
+    rows = sum(t.data_file.record_count for t in tasks)
+    if rows <= one_job_rows and len(tasks) <= ONE_JOB_FILES:
         return _rebuild_in_one_job(spark, job, tasks, wanted, shard_tasks or cores)
     if files_per_task > 0:
         task_count = max(1, -(-len(tasks) // files_per_task))

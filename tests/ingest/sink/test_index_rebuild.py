@@ -66,7 +66,8 @@ def shard_contents(io: Any, manifest: Any) -> list[list[tuple[Any, str, int]]]:
 
 @pytest.mark.parametrize("key", ["int", "string"])
 @pytest.mark.parametrize(
-    "shards,files_per_task,jobs", [(1, 0, 2), (8, 1, 2), (32, 2, 2), (1, 0, 1), (8, 0, 1)]
+    "shards,files_per_task,jobs",
+    [(1, 0, 2), (8, 1, 2), (32, 2, 2), (1, 0, 1), (8, 0, 1), (8, 0, "files")],
 )
 def test_spark_shards_equal_the_drivers(
     spark: Any,
@@ -74,11 +75,14 @@ def test_spark_shards_equal_the_drivers(
     key: str,
     shards: int,
     files_per_task: int,
-    jobs: int,
+    jobs: int | str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Through piece files (two jobs, as a table past ``ONE_JOB_ROWS`` is rebuilt) or
-    in one job (each task reading every file, as a smaller table is)."""
+    """Through piece files (two jobs, as a table past ``ONE_JOB_ROWS`` rows or
+    ``ONE_JOB_FILES`` files is rebuilt: ``files``, few rows in too many files) or in
+    one job (each task reading every file, as a smaller table is)."""
+    if jobs == "files":
+        monkeypatch.setattr(index_rebuild, "ONE_JOB_FILES", 1)
     table = sharded_table(sqlite_catalog, key)
     io = table.io
     sc = spark.sparkContext
@@ -98,7 +102,7 @@ def test_spark_shards_equal_the_drivers(
             shards,
             io.properties,
             files_per_task=files_per_task,
-            one_job_rows=10**12 if jobs == 1 else 0,
+            one_job_rows=0 if jobs == 2 else 10**12,
         )
         # The caller's job group (a streaming query's) and description are kept.
         assert sc.getLocalProperty("spark.jobGroup.id") == "the-callers-group"
@@ -114,7 +118,7 @@ def test_spark_shards_equal_the_drivers(
     merged = load_sharded(io, location, table.metadata)
     assert entries(merged) == entries(driver)
     assert piece_files(table) == []  # stage 2 read them; the driver deleted them
-    assert len(ran) == jobs
+    assert len(ran) == (2 if jobs == "files" else jobs)
 
 
 def test_a_table_without_snapshots_gets_empty_shards(spark: Any, sqlite_catalog: Any) -> None:

@@ -171,6 +171,26 @@ def test_small_batches_on_small_shards_step_in_the_driver(
     assert manifest.entries == len(stream.expected)
 
 
+def _index_lost_halfway(
+    spark: Any, broker: Any, topic: str, catalog: Any, tmp_path: Any, name: str, mode: str
+) -> tuple[Table, Any, str]:
+    """Half a CDC stream drained into a new table in index ``mode``, the index then
+    lost (its property removed) and the other half produced: the table, the stream and
+    the checkpoint, for a restarted sink to drain."""
+    stream = cdc_events(keys=400, events=2400, partitions=2)
+    half = len(stream.records) // 2
+    produce(broker.bootstrap_servers, topic, stream.records[:half])
+    properties = {**SHARDED, "calving.index.mode": mode}
+    table = create_table(catalog, ("db", name), SCHEMA, properties=properties)
+    checkpoint = str(tmp_path / "ckpt")
+    first = _sink(table)
+    drain(spark, broker.bootstrap_servers, topic, first, checkpoint, max_offsets_per_trigger=1500)
+    first.close()
+    table.commit_or_raise(UpdateProperties(remove=(INDEX_LOCATION_PROPERTY,)))
+    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    return table, stream, checkpoint
+
+
 @pytest.mark.parametrize("mode", ["sharded", "driver", "failing"])
 def test_the_index_opens_while_the_stream_starts(
     mode: str,
@@ -187,17 +207,10 @@ def test_the_index_opens_while_the_stream_starts(
     reads back exactly. An early open that fails (``failing``, sharded) is logged, and
     the first batch opens the index itself."""
     topic = make_topic(partitions=2)
-    stream = cdc_events(keys=400, events=2400, partitions=2)
-    half = len(stream.records) // 2
-    produce(broker.bootstrap_servers, topic, stream.records[:half])
-    properties = {**SHARDED, "calving.index.mode": "driver" if mode == "driver" else "sharded"}
-    table = create_table(sqlite_catalog, ("db", f"early_{mode}"), SCHEMA, properties=properties)
-    checkpoint = str(tmp_path / "ckpt")
-    first = _sink(table)
-    drain(spark, broker.bootstrap_servers, topic, first, checkpoint, max_offsets_per_trigger=1500)
-    first.close()
-    table.commit_or_raise(UpdateProperties(remove=(INDEX_LOCATION_PROPERTY,)))  # index lost
-    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    index_mode = "driver" if mode == "driver" else "sharded"
+    table, stream, checkpoint = _index_lost_halfway(
+        spark, broker, topic, sqlite_catalog, tmp_path, f"early_{mode}", index_mode
+    )
     restarted = _sink(table)
     if mode == "failing":
 
@@ -237,17 +250,9 @@ def test_the_first_batch_writes_while_the_index_still_opens(
     batch joins it and commits (sharded mode: its keys resolved by the separate stage).
     One rebuild in all, and the table reads back exactly."""
     topic = make_topic(partitions=2)
-    stream = cdc_events(keys=400, events=2400, partitions=2)
-    half = len(stream.records) // 2
-    produce(broker.bootstrap_servers, topic, stream.records[:half])
-    properties = {**SHARDED, "calving.index.mode": mode}
-    table = create_table(sqlite_catalog, ("db", f"overlap_{mode}"), SCHEMA, properties=properties)
-    checkpoint = str(tmp_path / "ckpt")
-    first = _sink(table)
-    drain(spark, broker.bootstrap_servers, topic, first, checkpoint, max_offsets_per_trigger=1500)
-    first.close()
-    table.commit_or_raise(UpdateProperties(remove=(INDEX_LOCATION_PROPERTY,)))  # index lost
-    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    table, stream, checkpoint = _index_lost_halfway(
+        spark, broker, topic, sqlite_catalog, tmp_path, f"overlap_{mode}", mode
+    )
     restarted = _sink(table)
     writing = threading.Event()
     open_saw_the_write: list[bool] = []

@@ -137,6 +137,11 @@ class ShardResolver(Protocol):
 
     def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]: ...
 
+    def owners(self) -> int:
+        """Processes the steps are pinned to, shard ``s`` to the ``s mod n``-th (0:
+        none; every step may run anywhere)."""
+        ...
+
 
 # ---------------------------------------------------------------- the cache
 
@@ -151,12 +156,14 @@ class ShardCache:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, ...], PrimaryKeyIndex] = OrderedDict()
+        self._shards: dict[tuple[str, ...], int] = {}
         self.hits = 0
         self.misses = 0
 
     def take(self, chain: ShardFile) -> PrimaryKeyIndex | None:
         with self._lock:
             index = self._entries.pop(_chain_key(chain), None)
+            self._shards.pop(_chain_key(chain), None)
             if index is None:
                 self.misses += 1
             else:
@@ -176,19 +183,37 @@ class ShardCache:
             if best is None:
                 return None
             self.hits += 1
+            self._shards.pop(best, None)
             return self._entries.pop(best), len(best) - 1
 
     def put(self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int) -> None:
         with self._lock:
             self._entries[_chain_key(chain)] = index
+            self._shards[_chain_key(chain)] = chain.shard
             total = sum(i.nbytes for i in self._entries.values())
             while len(self._entries) > 1 and total > max_bytes:
-                _, dropped = self._entries.popitem(last=False)
+                key, dropped = self._entries.popitem(last=False)
+                self._shards.pop(key, None)
                 total -= dropped.nbytes
+
+    def keep(self, owner: int, owners: int) -> None:
+        """Drop every shard but those of owner ``owner`` of ``owners`` (shard ``s``
+        belongs to owner ``s mod owners``): a process that steps its own shards holds
+        no copy of another's (a rebuild's task, or a task of an earlier placement,
+        left it here)."""
+        with self._lock:
+            for key in [k for k, s in self._shards.items() if s % owners != owner]:
+                del self._entries[key], self._shards[key]
+
+    def shards(self) -> list[int]:
+        """The shard numbers cached (one a cached state), in order."""
+        with self._lock:
+            return sorted(self._shards.values())
 
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._shards.clear()
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -202,11 +227,18 @@ CACHE = ShardCache()
 
 
 def resolve_shards(
-    job: ShardJob, requests: Iterable[ShardRequest], task: int | None = None
+    job: ShardJob,
+    requests: Iterable[ShardRequest],
+    task: int | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> list[ShardResult]:
     """Run the steps of ``requests`` (one task's share of a batch; ``task``: the write
-    task's partition, for in-task rebases). The files the steps write are fsynced
-    together (one wait, one directory fsync) before the results naming them return."""
+    task's partition, for in-task rebases; ``owner``: (this process's owner number,
+    owners): the steps run pinned to shard owners, and the cache keeps this owner's
+    shards only). The files the steps write are fsynced together (one wait, one
+    directory fsync) before the results naming them return."""
+    if owner is not None:
+        CACHE.keep(*owner)
     io = FileIO(dict(job.io_properties))
     manifest = job.manifest
     codec = KeyCodec(manifest.key_types, manifest.key_field_ids)
@@ -362,3 +394,6 @@ class LocalResolver:
 
     def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
         return resolve_shards(job, requests)
+
+    def owners(self) -> int:
+        return 0

@@ -77,6 +77,11 @@ log = logging.getLogger(__name__)
 ShardRebuild = Callable[[FileIO, TableMetadata, int | None, int, Sequence[int]], list[ShardFile]]
 
 MANIFEST_SUFFIX = ".calvshards"
+#: ``calving.index.shard-steps = auto``: from this many entries in all (about 0.5 GiB
+#: of long keys, half a worker's shard cache) a batch's steps run on the shards'
+#: owners, each worker keeping its share, not in the write tasks, which keep every
+#: shard in every worker.
+OWNER_STEP_ENTRIES = 32_000_000
 
 
 def names_shards(metadata: TableMetadata) -> bool:
@@ -246,12 +251,14 @@ class ShardedIndex:
     def task_job(self, metadata: TableMetadata, max_deltas: int) -> ShardJob | None:
         """The job a batch's write tasks step their shards with (``task_steps``), or
         None when the batch's keys go to the separate stage: other writers' commits to
-        catch up, or a table whose shards are small after a small batch (those steps
-        are cheaper in the driver). The tasks rebase a chain once it holds
+        catch up, steps on the shards' owners (``on_owners``), or a table whose shards
+        are small after a small batch (those steps are cheaper in the driver). The tasks rebase a chain once it holds
         ``max_deltas`` batches' deltas (each write task of a batch adds one: the last
         batch's count of tasks stands for the next's)."""
         manifest = self._follow_key_types(metadata, self.open(metadata))
         if self.location is None or manifest.snapshot_id != metadata.current_snapshot_id:
+            return None
+        if self.on_owners(metadata, manifest):
             return None
         tasks = max(1, self.last_tasks)
         due = frozenset(
@@ -285,6 +292,16 @@ class ShardedIndex:
             rebase_owners=rebase_owners,
             rebased=self.rebased,
         )
+
+    def on_owners(self, metadata: TableMetadata, manifest: ShardManifest) -> bool:
+        """Whether the batch's steps run on the shards' owners (the separate stage,
+        pinned: ``calving.index.shard-steps``), not in its write tasks: asked for, or
+        ``auto`` on an index of ``OWNER_STEP_ENTRIES`` entries; and the resolver pins
+        steps to at least two processes (else the write tasks are as good a place)."""
+        choice = TableProperties(metadata.properties).index_shard_steps
+        if choice == "write-tasks" or (choice == "auto" and manifest.entries < OWNER_STEP_ENTRIES):
+            return False
+        return self.resolver.owners() > 1
 
     def from_tasks(
         self,

@@ -155,6 +155,12 @@ INDEX_SHARD_DELTAS = IntProperty("calving.index.shard-deltas", 16, 0, 10_000)
 #: executors (when its shards are small and the last batch was as small); 0: always on
 #: the executors.
 INDEX_DRIVER_STEP_KEYS = IntProperty("calving.index.driver-step-keys", 1_000, 0, 1_000_000)
+#: Where a batch's shard steps run: in the write tasks (each worker then keeps every
+#: shard), on the shards' owners (a separate job, each executor keeping its share), or
+#: ``auto``: on the owners once the index is large (``sharded.OWNER_STEP_ENTRIES``).
+INDEX_SHARD_STEPS = ChoiceProperty(
+    "calving.index.shard-steps", "auto", ("auto", "write-tasks", "owners")
+)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
 #: refused until pyarrow can write Parquet VARIANT columns (see the reason).
 DEBEZIUM_JSON_TYPE = ChoiceProperty(
@@ -201,6 +207,7 @@ KNOWN: dict[str, Property] = {
         INDEX_SHARDS,
         INDEX_SHARD_DELTAS,
         INDEX_DRIVER_STEP_KEYS,
+        INDEX_SHARD_STEPS,
     )
 }
 
@@ -324,6 +331,10 @@ class TableProperties:
     @property
     def index_driver_step_keys(self) -> int:
         return self._int(INDEX_DRIVER_STEP_KEYS)
+
+    @property
+    def index_shard_steps(self) -> str:
+        return self._choice(INDEX_SHARD_STEPS)
 
     @property
     def debezium_json_type(self) -> str:

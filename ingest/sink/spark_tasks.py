@@ -17,11 +17,19 @@ core, in order, each task receiving only its own rows), not as RDD jobs
 pool of their own too, so on a running stream the first RDD job waited 1.6-2.2 s for a
 new worker daemon on each executor, and a shard one pool cached was cold in the other.
 Results come back pickled in a binary column, in item order: one encoder, one decoder.
+
+``run_tasks(..., places=...)`` pins each item's task to an executor (``executors``):
+the relation is made on the JVM (``SparkContext.makeRDD`` with each item's preferred
+location, one partition an item), and the scheduler runs a task on its executor while
+that executor is alive (waiting for it, when busy, up to ``spark.locality.wait``). A
+plain relation's tasks go to whichever executor offers first: Spark shuffles the
+offers, so a job's task ``i`` lands on either of two executors from one job to the next.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import pickle
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -30,6 +38,8 @@ from typing import Any, TypeVar
 import pyarrow as pa
 
 from calving.ingest.sink.worker_gc import at_task_end
+
+log = logging.getLogger(__name__)
 
 Batches = Iterator[pa.RecordBatch]
 _T = TypeVar("_T")
@@ -55,33 +65,94 @@ def map_in_arrow(frame: Any, fn: Callable[[Batches], Batches], schema: Any) -> A
             environment.pop(POOL_ENV, None)
 
 
-def run_tasks(spark: Any, fn: Callable[[int, _T], Iterable[_R]], items: Sequence[_T]) -> list[_R]:
+def run_tasks(
+    spark: Any,
+    fn: Callable[[int, _T], Iterable[_R]],
+    items: Sequence[_T],
+    places: Sequence[str] | None = None,
+) -> list[_R]:
     """``fn(i, items[i])`` for every item, in Spark tasks on ``spark``'s executors (at
-    most one task a core: items beyond that share a task, in order); every result, in
-    item order. A failed task fails the job (py4j raises on the driver)."""
+    most one task a core: items beyond that share a task, in order; with ``places``,
+    one task an item, run on the executor ``places[i]`` names); every result, in item
+    order. A failed task fails the job (py4j raises on the driver)."""
     if not items:
         return []
-    work = pa.table(
-        {
-            _TASK: pa.array(range(len(items)), pa.int64()),
-            _ITEM: pa.array(
-                [pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL) for item in items],
-                pa.binary(),
-            ),
-        }
-    )
+    packed = [pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL) for item in items]
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            for i, packed in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
+            for i, item in zip(batch.column(0).to_pylist(), batch.column(1).to_pylist()):
                 out = [
                     pickle.dumps(r, protocol=pickle.HIGHEST_PROTOCOL)
-                    for r in fn(i, pickle.loads(packed))
+                    for r in fn(i, pickle.loads(item))
                 ]
                 yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], names=[_RESULT])
 
-    frame = map_in_arrow(spark.createDataFrame(work), run, f"{_RESULT} binary")
+    if places is None:
+        work = spark.createDataFrame(
+            pa.table(
+                {
+                    _TASK: pa.array(range(len(items)), pa.int32()),
+                    _ITEM: pa.array(packed, pa.binary()),
+                }
+            )
+        )
+    else:
+        if len(places) != len(items):
+            raise ValueError(f"{len(items)} items, {len(places)} places")
+        work = _placed(spark, packed, places)
+    frame = map_in_arrow(work, run, f"{_RESULT} binary")
     return [pickle.loads(row[0]) for row in frame.collect()]
+
+
+def _placed(spark: Any, packed: Sequence[bytes], places: Sequence[str]) -> Any:
+    """The work relation made on the JVM: one partition an item, preferring its place."""
+    from pyspark.sql import DataFrame
+    from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
+
+    sc = spark.sparkContext
+    jvm = sc._jvm
+    seq = jvm.org.apache.spark.api.python.PythonUtils.toSeq
+    pairs = jvm.java.util.ArrayList()
+    for i, (item, place) in enumerate(zip(packed, places, strict=True)):
+        values = sc._gateway.new_array(jvm.java.lang.Object, 2)
+        values[0], values[1] = i, item  # py4j: Integer, byte[]
+        where = jvm.java.util.ArrayList()
+        where.add(place)
+        pairs.add(jvm.scala.Tuple2(jvm.org.apache.spark.sql.RowFactory.create(values), seq(where)))
+    any_ref = getattr(getattr(jvm.scala.reflect, "ClassTag$"), "MODULE$").AnyRef()
+    rdd = sc._jsc.sc().makeRDD(seq(pairs), any_ref)
+    schema = StructType([StructField(_TASK, IntegerType()), StructField(_ITEM, BinaryType())])
+    jschema = spark._jsparkSession.parseDataType(schema.json())
+    return DataFrame(spark._jsparkSession.createDataFrame(rdd.toJavaRDD(), jschema), spark)
+
+
+def executors(spark: Any) -> list[str]:
+    """The live executors as Spark task locations (``executor_<host>_<id>``), in the
+    order of their ids; empty when Spark does not say (local mode: the driver's one)."""
+    sc = spark.sparkContext
+    try:
+        context = sc._jsc.sc()
+        ids = context.getExecutorIds()
+        if ids.size() == 0:
+            return []
+        hosts: set[str] = set()
+        block_managers = context.getExecutorMemoryStatus().keysIterator()
+        while block_managers.hasNext():
+            hosts.add(str(block_managers.next()).rsplit(":", 1)[0])
+        host_of: dict[str, str] = {}
+        for host in hosts:
+            alive = context.taskScheduler().getExecutorsAliveOnHost(host)
+            if alive.isDefined():
+                on_host = alive.get().iterator()
+                while on_host.hasNext():
+                    host_of[str(on_host.next())] = host
+        named = [str(ids.apply(i)) for i in range(ids.size())]
+    except Exception as err:  # noqa: BLE001 -- py4j: Spark's internals moved; no pinning
+        log.debug("executor locations unavailable: %s", type(err).__name__)
+        return []
+    named.sort(key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e))
+    return [f"executor_{host_of[e]}_{e}" for e in named if e in host_of]
 
 
 def slices(items: Sequence[_T], count: int) -> list[list[_T]]:

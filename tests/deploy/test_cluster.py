@@ -93,6 +93,9 @@ def pipeline_toml(
     catalog: str,
     index_mode: str = "driver",
 ) -> None:
+    """``index_mode``: ``driver``, ``sharded`` (the write tasks step the shards) or
+    ``sharded-owners`` (the shards step on their owner executors)."""
+    mode, _, steps = index_mode.partition("-")
     io = "\n".join(f'"{k}" = "{v}"' for k, v in s3.items())
     path.write_text(
         f"""
@@ -119,7 +122,8 @@ infer_schema = false
 {io}
 
 [table.properties]
-"calving.index.mode" = "{index_mode}"
+"calving.index.mode" = "{mode}"
+"calving.index.shard-steps" = "{steps or "write-tasks"}"
 "calving.index.shards" = "4"
 "calving.index.driver-step-keys" = "0"
 
@@ -155,12 +159,13 @@ app_name = "calving-cluster-test"
     )
 
 
-@pytest.mark.parametrize("index_mode", ["driver", "sharded"])
+@pytest.mark.parametrize("index_mode", ["driver", "sharded", "sharded-owners"])
 def test_cdc_pipeline_survives_a_killed_worker(
     tmp_path: Path, pg_url: str, s3: dict[str, str], kafka: object, index_mode: str
 ) -> None:
     """In sharded mode the index's shard steps run in the executors' tasks too: the
-    killed worker's tasks (stage 1 or the shard steps) run again elsewhere."""
+    killed worker's tasks (stage 1 or the shard steps) run again elsewhere; with the
+    steps on their owners, the killed worker's shards move to the one left."""
     from calving.ingest.kafka.broker import EmbeddedBroker
     from calving.ingest.kafka.producer import produce
 
@@ -182,6 +187,8 @@ def test_cdc_pipeline_survives_a_killed_worker(
         driver_log = run_and_kill_a_worker(cluster, env, config, tmp_path)
 
     check_driver_log(driver_log, secret, tmp_path)
+    if index_mode == "sharded-owners":  # the steps ran on both workers' executors
+        assert "shard steps: pinned to 2 owner executor(s)" in driver_log
     check_table(stream, pg_url, s3, catalog, index_mode)
 
 
@@ -315,4 +322,4 @@ def check_table(
     assert rows == stream.expected
     assert stream.deletes > 0 and stream.updates > 0
     named = table.metadata.properties.get("calving.index.location", "")
-    assert named.endswith(".calvshards") == (index_mode == "sharded"), named
+    assert named.endswith(".calvshards") == index_mode.startswith("sharded"), named

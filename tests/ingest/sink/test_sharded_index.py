@@ -648,3 +648,93 @@ def test_a_tasks_shard_steps_are_fsynced_together(
     _task_batch(writer, {k: f"b-{k}" for k in rng.sample(range(200), 40)}, [])
     writer.check()
     assert per_task == [1, 1]
+
+
+class _Owners(LocalResolver):
+    """Stage 2 in this process, saying it pins steps to ``n`` owners."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def owners(self) -> int:
+        return self.n
+
+
+@pytest.mark.parametrize(
+    ("choice", "owners", "threshold", "in_tasks"),
+    [
+        ("write-tasks", 2, 0, True),
+        ("owners", 2, 10**9, False),
+        ("owners", 0, 0, True),  # nothing to pin to (local mode): the write tasks
+        ("auto", 2, 10**9, True),  # a small index: the write tasks
+        ("auto", 2, 50, False),  # past the threshold: the owners
+        ("auto", 0, 50, True),
+    ],
+)
+def test_shard_steps_run_in_the_write_tasks_or_on_the_owners(
+    sqlite_catalog: Any, monkeypatch: Any, choice: str, owners: int, threshold: int, in_tasks: bool
+) -> None:
+    """``calving.index.shard-steps``: the write tasks get a job to step with, or the
+    batch goes to the separate stage (pinned to the owners); either way exact."""
+    from calving.commit.index import sharded as sharded_module
+
+    monkeypatch.setattr(sharded_module, "OWNER_STEP_ENTRIES", threshold)
+    table = create_table(
+        sqlite_catalog,
+        ("db", f"steps_{choice.replace('-', '_')}_{owners}_{threshold}"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0", "calving.index.shard-steps": choice},
+    )
+    writer = Writer(table)
+    writer.batch({k: f"a{k}" for k in range(100)})
+    sharded = writer.coordinator.sharded
+    assert sharded is not None
+    sharded.resolver = _Owners(owners)
+    job = writer.coordinator.shard_job()
+    assert (job is not None) == in_tasks
+    if job is None:
+        writer.batch({k: f"b{k}" for k in range(0, 100, 3)}, deletes=[1, 2])
+    else:
+        _task_batch(writer, {k: f"b{k}" for k in range(0, 100, 3)}, [1, 2])
+    writer.check()
+    assert sharded.in_tasks == int(in_tasks)
+
+
+def test_a_pinned_step_keeps_only_its_owners_shards_cached(sqlite_catalog: Any) -> None:
+    """A step run as owner ``o`` of ``n`` drops the other owners' shards from its
+    process's cache (a rebuild's task, or an earlier placement, left them there)."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", "pinned_cache"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0", "calving.index.shard-steps": "owners"},
+    )
+    writer = Writer(table)
+    shard_lookup.CACHE.clear()
+    writer.batch({k: f"a{k}" for k in range(200)})
+    assert shard_lookup.CACHE.shards() == [0, 1, 2, 3]  # one process stepped them all
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    pinned = [0, 0]
+
+    class Pinned(LocalResolver):
+        def __call__(self, job: Any, requests: Any) -> Any:
+            mine = [r for r in requests if r.shard % 2 == 1]
+            pinned[1] += len(mine)
+            return shard_lookup.resolve_shards(job, mine, owner=(1, 2)) + [
+                *shard_lookup.resolve_shards(job, [r for r in requests if r.shard % 2 == 0])
+            ]
+
+        def owners(self) -> int:
+            return 2
+
+    sharded.resolver = Pinned()
+    writer.batch({k: f"b{k}" for k in range(0, 200, 7)})
+    # Owner 1 stepped its shards first, dropping 0 and 2; owner 0's steps (unpinned,
+    # in this same process) then put theirs back.
+    assert pinned[1] > 0
+    shard_lookup.CACHE.keep(1, 2)
+    assert shard_lookup.CACHE.shards() == [1, 3]
+    shard_lookup.CACHE.keep(0, 2)
+    assert shard_lookup.CACHE.shards() == []
+    writer.check()

@@ -205,6 +205,11 @@ class ShardCache:
             for key in [k for k, s in self._shards.items() if s % owners != owner]:
                 del self._entries[key], self._shards[key]
 
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return sum(i.nbytes for i in self._entries.values())
+
     def shards(self) -> list[int]:
         """The shard numbers cached (one a cached state), in order."""
         with self._lock:

@@ -69,6 +69,23 @@ def _vm(field: str) -> float:
     return 0.0
 
 
+def _cache_mib(task: int, item: int) -> list[float]:
+    from calving.commit.index.shard_lookup import CACHE
+
+    return [CACHE.nbytes / 2**20]
+
+
+def worker_caches(spark: Any) -> list[float]:
+    """MiB of index shards each executor's calving Python worker holds (a task pinned
+    to each); empty below two executors."""
+    from calving.ingest.sink.spark_tasks import executors, run_tasks
+
+    places = executors(spark)
+    if len(places) < 2:
+        return []
+    return [round(m, 1) for m in run_tasks(spark, _cache_mib, list(range(len(places))), places)]
+
+
 # ---------------------------------------------------------------- a side (child)
 
 
@@ -160,6 +177,7 @@ def child(args: argparse.Namespace) -> None:
             phases.append(dict(stats.phases))
     sharded = coordinator.sharded
     out = {
+        "worker_cache_mib": worker_caches(spark) if spark is not None else [],
         "seconds": seconds,
         "cpu": cpu,
         "deleted": deleted,
@@ -217,8 +235,9 @@ def stream_child(args: argparse.Namespace) -> None:
     work = streaming.workdir(env, "sharded")
     catalogs = streaming.Catalogs.at(work)
     table = _cdc_table(catalogs, args.keys)
-    props = {"calving.index.mode": args.stream}
-    if args.stream == "sharded" and args.shards:  # else the default for the table's rows
+    mode, _, steps = args.stream.partition("-")
+    props = {"calving.index.mode": mode, "calving.index.shard-steps": steps or "auto"}
+    if mode == "sharded" and args.shards:  # else the default for the table's rows
         props["calving.index.shards"] = str(args.shards)
     table.commit_or_raise(UpdateProperties(props))
     topic = streaming.new_topic(env, 2, "sharded")
@@ -272,6 +291,7 @@ def stream_child(args: argparse.Namespace) -> None:
         "sharded": sink.coordinator.sharded is not None,
         "rebuild_s": round(getattr(sink.coordinator.sharded, "rebuild_seconds", 0.0), 2),
         "first_phases": {k: round(v, 3) for k, v in phases[0].items()} if phases else {},
+        "worker_cache_mib": worker_caches(env.spark),
     }
     streaming.shutdown()
     print(json.dumps(out))
@@ -311,23 +331,46 @@ def run_stream(
         f"task steps {result.get('task_steps')}, writes {result.get('writes')}, "
         f"phases {', '.join(f'{k} {v:.3f}' for k, v in result['phases'].items())}; "
         f"first batch: phases {result.get('first_phases')}, shards rebuilt in "
-        f"{result.get('rebuild_s')} s; drain {result['seconds']:.2f} s"
+        f"{result.get('rebuild_s')} s; drain {result['seconds']:.2f} s; "
+        f"shards cached a worker {result.get('worker_cache_mib')} MiB"
     )
     return result
 
 
 def stream_figures(
-    master: str, keys: int, records: int, max_offsets: int, shards: int
+    master: str,
+    keys: int,
+    records: int,
+    max_offsets: int,
+    shards: int,
+    modes: tuple[str, ...] = ("driver", "sharded"),
 ) -> list[Figure]:
     """Sharded against driver mode on one stream shape: records per second, and the
-    median micro-batch cycle (one batch's start to the next's) after the first three."""
+    median micro-batch cycle (one batch's start to the next's) after the first three.
+    ``modes`` may add ``sharded-owners`` (the steps on the shards' owners)."""
     with tempfile.TemporaryDirectory(prefix="calving-index-stream-") as tmp:
         got = {
             mode: run_stream(mode, master, keys, records, max_offsets, shards, Path(tmp))
-            for mode in ("driver", "sharded")
+            for mode in modes
         }
     if not got["sharded"]["sharded"] or got["driver"]["sharded"]:
         raise AssertionError("a side ran in the wrong index mode")
+    owners = got.pop("sharded-owners", None)
+    extra = []
+    if owners is not None:
+        extra.append(
+            Figure(
+                "index_sharded",
+                f"Debezium into {keys / 1e6:g}M keys, {max_offsets:,} a batch, {master}, "
+                "steps on the owners, records/s",
+                owners["records"] / owners["seconds"],
+                "steps in the write tasks",
+                got["sharded"]["records"] / got["sharded"]["seconds"],
+                better="higher",
+                note=f"shards cached a worker: owners {owners['worker_cache_mib']} MiB, "
+                f"write tasks {got['sharded']['worker_cache_mib']} MiB",
+            )
+        )
     rate = {m: r["records"] / r["seconds"] for m, r in got.items()}
     cycle = {m: statistics.median(r["cycles"][3:] or r["cycles"]) for m, r in got.items()}
     cpu = {m: r["cpu"] / r["records"] * 1e6 for m, r in got.items()}
@@ -355,6 +398,7 @@ def stream_figures(
             goal=f"<= {GOAL_SMALL}x" if small else "",
             met=at_most(cycle["sharded"] / cycle["driver"], GOAL_SMALL) if small else None,
         ),
+        *extra,
     ]
 
 
@@ -507,6 +551,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--records", type=int, default=0, help="stream this many events")
     parser.add_argument("--max-offsets", type=int, default=100)
     parser.add_argument("--master", default="local[2]", help="the stream's master or cluster xN")
+    parser.add_argument(
+        "--modes", default="driver,sharded", help="the stream's index modes (sharded-owners too)"
+    )
     parser.add_argument("--stream", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--cluster-pids", default="", help=argparse.SUPPRESS)
@@ -525,7 +572,14 @@ def main(argv: list[str] | None = None) -> None:
     if args.records:
         print(
             render(
-                stream_figures(args.master, args.keys, args.records, args.max_offsets, args.shards)
+                stream_figures(
+                    args.master,
+                    args.keys,
+                    args.records,
+                    args.max_offsets,
+                    args.shards,
+                    tuple(args.modes.split(",")),
+                )
             )
         )
         return

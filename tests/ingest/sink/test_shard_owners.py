@@ -20,7 +20,7 @@ from tests.deploy.cluster import StandaloneCluster
 from tests.support.oracles import pyiceberg_rows
 from tests.support.shard_owners import BATCHES, SHARDS
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def test_shards_step_on_their_owners_and_stay_cached_there(tmp_path: Path) -> None:

@@ -51,6 +51,8 @@ _TASK, _ITEM, _RESULT = "task", "item", "result"
 #: their own (set while one is created: a function carries the variables of its time).
 POOL_ENV = "CALVING_PYTHON_WORKERS"
 _POOL_LOCK = threading.Lock()
+#: Set once ``executors`` found Spark's scheduler API missing (warned once).
+_UNPINNED: list[str] = []
 
 
 def map_in_arrow(frame: Any, fn: Callable[[Batches], Batches], schema: Any) -> Any:
@@ -149,7 +151,9 @@ def executors(spark: Any) -> list[str]:
                     host_of[str(on_host.next())] = host
         named = [str(ids.apply(i)) for i in range(ids.size())]
     except Exception as err:  # noqa: BLE001 -- py4j: Spark's internals moved; no pinning
-        log.debug("executor locations unavailable: %s", type(err).__name__)
+        if not _UNPINNED:
+            _UNPINNED.append(type(err).__name__)
+            log.warning("executor locations unavailable (%s): tasks run unpinned", _UNPINNED[0])
         return []
     named.sort(key=lambda e: (not e.isdigit(), int(e) if e.isdigit() else 0, e))
     return [f"executor_{host_of[e]}_{e}" for e in named if e in host_of]

@@ -77,13 +77,15 @@ def _cache_mib(task: int, item: int) -> list[float]:
 
 def worker_caches(spark: Any) -> list[float]:
     """MiB of index shards each executor's calving Python worker holds (a task pinned
-    to each); empty below two executors."""
+    to each; one unpinned task on a single executor); empty in local mode."""
     from calving.ingest.sink.spark_tasks import executors, run_tasks
 
     places = executors(spark)
-    if len(places) < 2:
+    if not places:
         return []
-    return [round(m, 1) for m in run_tasks(spark, _cache_mib, list(range(len(places))), places)]
+    pinned = places if len(places) > 1 else None
+    got = run_tasks(spark, _cache_mib, list(range(len(places))), pinned)
+    return [round(m, 1) for m in got]
 
 
 # ---------------------------------------------------------------- a side (child)
@@ -451,7 +453,8 @@ def run_side(
     result = _run_child(command, None, cluster, side)
     log(
         f"{side}: batch median {statistics.median(result['seconds']):.3f} s, "
-        f"open {result['open_s']:.1f} s, peak RSS {result['rss_peak_mib']:.0f} MiB"
+        f"open {result['open_s']:.1f} s, peak RSS {result['rss_peak_mib']:.0f} MiB, "
+        f"shards cached a worker {result.get('worker_cache_mib')} MiB"
     )
     return result
 

@@ -429,8 +429,10 @@ def rebuild_shards(
         chunks = spark_tasks.slices(tasks, task_count)
         pieces = spark_tasks.run_tasks(spark, partial(write_pieces, job), chunks)
         pieced = time.monotonic()
-        groups = _by_task(wanted, pieces, reducers)
-        written: list[ShardFile] = spark_tasks.run_tasks(spark, partial(_write_group, job), groups)
+        groups, where = _by_task(wanted, pieces, reducers, spark_tasks.executors(spark))
+        written: list[ShardFile] = spark_tasks.run_tasks(
+            spark, partial(_write_group, job), groups, where
+        )
         log.info(
             "index rebuild: %d file(s) in %d task(s) %.2fs, %d shard(s) in %d task(s) %.2fs",
             len(tasks),
@@ -460,12 +462,19 @@ def _rebuild_in_one_job(
     each task reading every file (``shards_from_files``)."""
     groups = max(1, min(groups, len(wanted)))
     shard_groups = [list(wanted[i::groups]) for i in range(groups)]
+    places = spark_tasks.executors(spark)
+    where = None
+    if len(places) > 1:  # each shard written, and left cached, on its owner
+        owned, where = spark_tasks.pinned_groups(wanted, int, places, groups)
+        shard_groups = [g for _, g in owned]
     sc = spark.sparkContext
     described = sc.getLocalProperty("spark.job.description")
     sc.setJobDescription(f"calving index rebuild: {len(tasks)} file(s), {len(wanted)} shard(s)")
     started = time.monotonic()
     try:
-        grouped = spark_tasks.run_tasks(spark, partial(_files_group, job, tasks), shard_groups)
+        grouped = spark_tasks.run_tasks(
+            spark, partial(_files_group, job, tasks), shard_groups, where
+        )
     except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
         raise _job_failed(err) from None
     finally:
@@ -474,7 +483,7 @@ def _rebuild_in_one_job(
         "index rebuild in one job: %d file(s), %d shard(s) in %d task(s) %.2fs",
         len(tasks),
         len(wanted),
-        groups,
+        len(shard_groups),
         time.monotonic() - started,
     )
     written: list[ShardFile] = sorted(grouped, key=lambda s: s.shard)
@@ -492,18 +501,29 @@ def _job_failed(err: Exception) -> IndexRebuildError:
 
 
 def _by_task(
-    wanted: Sequence[int], pieces: Sequence[PieceFile], tasks: int
-) -> list[list[tuple[int, tuple[PieceFile, ...]]]]:
-    """Stage 2's work: ``wanted[i]`` and its piece files go to task ``i % tasks``."""
+    wanted: Sequence[int], pieces: Sequence[PieceFile], tasks: int, places: Sequence[str] = ()
+) -> tuple[list[list[tuple[int, tuple[PieceFile, ...]]]], list[str] | None]:
+    """Stage 2's work: ``wanted[i]`` and its piece files go to task ``i % tasks``, or,
+    on two ``places`` or more, to its owner's tasks (``spark_tasks.pinned_groups``:
+    each shard written, and left cached, where its steps will run); and the groups'
+    places (None: not pinned)."""
     of: dict[int, list[PieceFile]] = {s: [] for s in wanted}
     for piece in pieces:
         if piece.shard not in of:
             raise IndexRebuildError(f"stage 1 wrote a piece of shard {piece.shard}, not wanted")
         of[piece.shard].append(piece)
+    work = [(shard, tuple(of[shard])) for shard in wanted]
+    if len(places) > 1:
+        owned, where = spark_tasks.pinned_groups(work, _first, places, tasks)
+        return [g for _, g in owned], where
     groups: list[list[tuple[int, tuple[PieceFile, ...]]]] = [[] for _ in range(max(1, tasks))]
-    for i, shard in enumerate(wanted):
-        groups[i % len(groups)].append((shard, tuple(of[shard])))
-    return [g for g in groups if g]
+    for i, item in enumerate(work):
+        groups[i % len(groups)].append(item)
+    return [g for g in groups if g], None
+
+
+def _first(item: tuple[int, tuple[PieceFile, ...]]) -> int:
+    return item[0]
 
 
 def delete_piece_files(io: FileIO, exchange: str, pieces: Sequence[PieceFile]) -> None:

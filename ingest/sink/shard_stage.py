@@ -38,7 +38,7 @@ from calving.commit.spec.metadata import TableMetadata
 from calving.commit.table.summary import live_rows
 from calving.commit.table.table import Table
 from calving.ingest.sink.index_rebuild import rebuild_shards, shards_for
-from calving.ingest.sink.spark_tasks import executors, run_tasks
+from calving.ingest.sink.spark_tasks import executors, pinned_groups, run_tasks
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,10 @@ DRIVER_CACHE_BYTES = 128 << 20
 
 class ShardStageError(CalvingError):
     """The Spark job of a batch's stage 2 failed (its message names the cause)."""
+
+
+def _shard(request: ShardRequest) -> int:
+    return request.shard
 
 
 def _steps(
@@ -91,7 +95,7 @@ class SparkShardResolver:
             self.pinned = pinned
         items: list[tuple[tuple[int, int] | None, list[ShardRequest]]]
         if len(places) > 1:
-            owned, where = owner_groups(requests, places, 1 if few else cores)
+            owned, where = pinned_groups(requests, _shard, places, 1 if few else cores)
             items = [((o, len(places)), g) for o, g in owned]
         else:
             tasks = 1 if few else max(1, min(len(requests), cores))
@@ -113,23 +117,6 @@ class SparkShardResolver:
         0 below two: nothing to pin)."""
         count = len(executors(self.spark))
         return count if count > 1 else 0
-
-
-def owner_groups(
-    requests: Sequence[ShardRequest], places: Sequence[str], tasks: int
-) -> tuple[list[tuple[int, list[ShardRequest]]], list[str]]:
-    """The batch's steps grouped by owner: shard ``s`` belongs to executor ``s mod n``
-    (``places``: the ``n`` executors by id), which runs it in one of up to
-    ``tasks // n`` tasks (at least one), so a shard steps where it is cached, batch
-    after batch, while the executors stay. Each group with its owner's number, and
-    the groups' places."""
-    n = len(places)
-    per = max(1, tasks // n)
-    grouped: dict[tuple[int, int], list[ShardRequest]] = {}
-    for r in requests:
-        grouped.setdefault((r.shard % n, (r.shard // n) % per), []).append(r)
-    keys = sorted(grouped)
-    return [(k[0], grouped[k]) for k in keys], [places[k[0]] for k in keys]
 
 
 @dataclass

@@ -159,6 +159,24 @@ def executors(spark: Any) -> list[str]:
     return [f"executor_{host_of[e]}_{e}" for e in named if e in host_of]
 
 
+def pinned_groups(
+    items: Sequence[_T], key: Callable[[_T], int], places: Sequence[str], tasks: int
+) -> tuple[list[tuple[int, list[_T]]], list[str]]:
+    """``items`` grouped by owner: an item of key ``k`` (a shard number) belongs to
+    place ``k mod n`` (``places``: ``n`` executors, by id), which runs it in one of up to
+    ``tasks // n`` tasks (at least one), so the same key runs in the same place, job
+    after job, while the executors stay. The groups, each with its owner's number, in
+    owner order, and their places (for ``run_tasks``)."""
+    n = len(places)
+    per = max(1, tasks // n)
+    grouped: dict[tuple[int, int], list[_T]] = {}
+    for item in items:
+        k = key(item)
+        grouped.setdefault((k % n, (k // n) % per), []).append(item)
+    keys = sorted(grouped)
+    return [(k[0], grouped[k]) for k in keys], [places[k[0]] for k in keys]
+
+
 def slices(items: Sequence[_T], count: int) -> list[list[_T]]:
     """``items`` in ``count`` consecutive slices of near-equal size (as
     ``SparkContext.parallelize`` slices a list); empty slices are left out."""

@@ -66,8 +66,17 @@ def shard_contents(io: Any, manifest: Any) -> list[list[tuple[Any, str, int]]]:
 
 @pytest.mark.parametrize("key", ["int", "string"])
 @pytest.mark.parametrize(
-    "shards,files_per_task,jobs",
-    [(1, 0, 2), (8, 1, 2), (32, 2, 2), (1, 0, 1), (8, 0, 1), (8, 0, "files")],
+    "shards,files_per_task,jobs,pinned",
+    [
+        (1, 0, 2, False),
+        (8, 1, 2, False),
+        (32, 2, 2, False),
+        (1, 0, 1, False),
+        (8, 0, 1, False),
+        (8, 0, "files", False),
+        (8, 1, 2, True),
+        (8, 0, 1, True),
+    ],
 )
 def test_spark_shards_equal_the_drivers(
     spark: Any,
@@ -76,22 +85,28 @@ def test_spark_shards_equal_the_drivers(
     shards: int,
     files_per_task: int,
     jobs: int | str,
+    pinned: bool,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Through piece files (two jobs, as a table past ``ONE_JOB_ROWS`` rows or
     ``ONE_JOB_FILES`` files is rebuilt: ``files``, few rows in too many files) or in
-    one job (each task reading every file, as a smaller table is)."""
+    one job (each task reading every file, as a smaller table is). ``pinned``: the
+    tasks writing the shards go to their owners (three executors that local mode does
+    not have: the tasks run on its one, as on a cluster whose owner is gone)."""
     if jobs == "files":
         monkeypatch.setattr(index_rebuild, "ONE_JOB_FILES", 1)
+    owners = [f"executor_127.0.0.1_{i}" for i in range(3)] if pinned else []
+    monkeypatch.setattr(index_rebuild.spark_tasks, "executors", lambda spark: owners)
     table = sharded_table(sqlite_catalog, key)
     io = table.io
     sc = spark.sparkContext
     run_tasks = index_rebuild.spark_tasks.run_tasks
     ran: list[int] = []
+    places: list[Any] = []
     monkeypatch.setattr(
         index_rebuild.spark_tasks,
         "run_tasks",
-        lambda *a: (ran.append(len(a[2])), run_tasks(*a))[1],
+        lambda *a: (ran.append(len(a[2])), places.append(a[3:]), run_tasks(*a))[2],
     )
     sc.setJobGroup("the-callers-group", "the caller's jobs")
     try:
@@ -119,6 +134,10 @@ def test_spark_shards_equal_the_drivers(
     assert entries(merged) == entries(driver)
     assert piece_files(table) == []  # stage 2 read them; the driver deleted them
     assert len(ran) == (2 if jobs == "files" else jobs)
+    # The job writing the shards (the last) is pinned: one task an owner at most.
+    assert bool(places[-1] and places[-1][0]) == pinned
+    if pinned:
+        assert set(places[-1][0]) <= set(owners) and ran[-1] == len(places[-1][0]) <= 3
 
 
 def test_a_table_without_snapshots_gets_empty_shards(spark: Any, sqlite_catalog: Any) -> None:

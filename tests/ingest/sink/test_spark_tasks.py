@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from calving.ingest.sink.spark_tasks import map_in_arrow, run_tasks, slices
+from calving.ingest.sink.spark_tasks import map_in_arrow, pinned_groups, run_tasks, slices
 
 pytestmark = pytest.mark.integration
 
@@ -69,3 +69,24 @@ def test_slices_are_consecutive_and_near_equal() -> None:
     assert slices(list(range(7)), 3) == [[0, 1], [2, 3], [4, 5, 6]]
     assert slices([1, 2], 4) == [[1], [2]]
     assert slices([], 2) == []
+
+
+PLACES = ["executor_127.0.0.1_0", "executor_127.0.0.1_1"]
+
+
+def test_pinned_groups_put_key_k_on_the_k_mod_n_th_place() -> None:
+    groups, places = pinned_groups([5, 0, 1, 2, 4], int, PLACES, 2)
+    assert groups == [(0, [0, 2, 4]), (1, [5, 1])]
+    assert places == PLACES
+
+
+def test_an_owner_splits_its_keys_over_its_share_of_the_tasks() -> None:
+    groups, places = pinned_groups(list(range(8)), int, PLACES, 4)
+    assert groups == [(0, [0, 4]), (0, [2, 6]), (1, [1, 5]), (1, [3, 7])]
+    assert places == [PLACES[0], PLACES[0], PLACES[1], PLACES[1]]
+
+
+def test_an_owner_without_a_key_gets_no_task() -> None:
+    groups, places = pinned_groups([0, 2], int, [*PLACES, "executor_h_2"], 1)
+    assert groups == [(0, [0]), (2, [2])]
+    assert places == [PLACES[0], "executor_h_2"]

@@ -252,9 +252,10 @@ class ShardedIndex:
         """The job a batch's write tasks step their shards with (``task_steps``), or
         None when the batch's keys go to the separate stage: other writers' commits to
         catch up, steps on the shards' owners (``on_owners``), or a table whose shards
-        are small after a small batch (those steps are cheaper in the driver). The tasks rebase a chain once it holds
-        ``max_deltas`` batches' deltas (each write task of a batch adds one: the last
-        batch's count of tasks stands for the next's)."""
+        are small after a small batch (those steps are cheaper in the driver). The
+        tasks rebase a chain once it holds ``max_deltas`` batches' deltas (each write
+        task of a batch adds one: the last batch's count of tasks stands for the
+        next's)."""
         manifest = self._follow_key_types(metadata, self.open(metadata))
         if self.location is None or manifest.snapshot_id != metadata.current_snapshot_id:
             return None

@@ -715,26 +715,25 @@ def test_a_pinned_step_keeps_only_its_owners_shards_cached(sqlite_catalog: Any) 
     assert shard_lookup.CACHE.shards() == [0, 1, 2, 3]  # one process stepped them all
     sharded = writer.coordinator.sharded
     assert sharded is not None and sharded.manifest is not None
-    pinned = [0, 0]
+    after_pinned: list[list[int]] = []
 
     class Pinned(LocalResolver):
         def __call__(self, job: Any, requests: Any) -> Any:
             mine = [r for r in requests if r.shard % 2 == 1]
-            pinned[1] += len(mine)
-            return shard_lookup.resolve_shards(job, mine, owner=(1, 2)) + [
-                *shard_lookup.resolve_shards(job, [r for r in requests if r.shard % 2 == 0])
-            ]
+            got = shard_lookup.resolve_shards(job, mine, owner=(1, 2))
+            after_pinned.append(shard_lookup.CACHE.shards())
+            others = [r for r in requests if r.shard % 2 == 0]
+            return got + shard_lookup.resolve_shards(job, others)
 
         def owners(self) -> int:
             return 2
 
     sharded.resolver = Pinned()
     writer.batch({k: f"b{k}" for k in range(0, 200, 7)})
-    # Owner 1 stepped its shards first, dropping 0 and 2; owner 0's steps (unpinned,
-    # in this same process) then put theirs back.
-    assert pinned[1] > 0
-    shard_lookup.CACHE.keep(1, 2)
-    assert shard_lookup.CACHE.shards() == [1, 3]
+    # Owner 1's steps dropped shards 0 and 2 (cached by the first batch) and left its
+    # own; owner 0's steps (unpinned, in this same process) then put theirs back.
+    assert after_pinned == [[1, 3]]
+    assert shard_lookup.CACHE.shards() == [0, 1, 2, 3]
     shard_lookup.CACHE.keep(0, 2)
-    assert shard_lookup.CACHE.shards() == []
+    assert shard_lookup.CACHE.shards() == [0, 2]
     writer.check()

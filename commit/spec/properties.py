@@ -136,8 +136,9 @@ STATISTICS_COMPUTED_MS = IntProperty("calving.statistics.computed-ms", 0, 0)
 #: Updates keep their rows' ``_row_id`` (v3 row lineage); false: an update is a new row.
 ROW_LINEAGE_KEEP_ON_UPDATE = BoolProperty("calving.row-lineage.keep-on-update", True)
 #: A full rebuild of a keyed table's driver index runs on the Spark executors (as
-#: shards, merged on the driver) when the snapshot holds at least this many live rows;
-#: 0: always, when a Spark session is at hand.
+#: shards, merged on the driver) when the snapshot holds at least this many live rows,
+#: and so does a rebuild of a sharded index's shards (below it, the driver builds
+#: them); 0: always, when a Spark session is at hand.
 INDEX_EXECUTOR_REBUILD_ROWS = IntProperty("calving.index.executor-rebuild-rows", 10_000_000, 0)
 #: Where a keyed table's primary-key index lives: ``driver`` (one index in the driver
 #: process), ``sharded`` (shard files resolved by Spark tasks, the driver holding no

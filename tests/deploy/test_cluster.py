@@ -126,6 +126,7 @@ infer_schema = false
 "calving.index.shard-steps" = "{steps or "write-tasks"}"
 "calving.index.shards" = "4"
 "calving.index.driver-step-keys" = "0"
+"calving.index.executor-rebuild-rows" = "0"
 
 [[table.columns]]
 name = "id"

@@ -255,11 +255,13 @@ class StreamHarness:
 
         properties = dict(TABLE_PROPERTIES)
         if self.index_mode == "sharded":
-            # Shard steps on the executors, even for the scenarios' small batches.
+            # Shard steps and rebuilds on the executors, even for the scenarios' small
+            # batches and table.
             properties |= {
                 "calving.index.mode": "sharded",
                 "calving.index.shards": "4",
                 "calving.index.driver-step-keys": "0",
+                "calving.index.executor-rebuild-rows": "0",
             }
         catalog = self.spec.open()
         try:

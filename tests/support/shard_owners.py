@@ -53,6 +53,7 @@ def _executors(spark: Any, count: int) -> list[str]:
 
 def main(url: str, root: Path) -> None:
     from calving.commit.index.sharded import ShardedIndex
+    from calving.commit.table.actions.update_properties import UpdateProperties
     from calving.commit.table.ledger import OffsetRange
     from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
     from calving.ingest.sink.shard_stage import SparkShardRebuild, SparkShardResolver
@@ -72,6 +73,8 @@ def main(url: str, root: Path) -> None:
 
     uri, warehouse = build_table(root, KEYS, ROWS_PER_FILE)
     table = load(uri, warehouse)
+    # The shards rebuilt by pinned Spark tasks (this small table's would be in the driver).
+    table.commit_or_raise(UpdateProperties({"calving.index.executor-rebuild-rows": "0"}))
     initial = table.metadata_location
     coordinator = Coordinator(table, "owners", index_save_every=1_000_000)
     props = dict(table.io.properties)

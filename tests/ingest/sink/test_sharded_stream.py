@@ -25,7 +25,7 @@ from calving.commit.table.table import Table, create_table
 from calving.ingest.decode import DebeziumDecoder
 from calving.ingest.kafka.producer import produce
 from calving.ingest.sink.foreach_batch import CalvingSink
-from calving.ingest.sink.shard_stage import SparkShardResolver
+from calving.ingest.sink.shard_stage import SparkShardRebuild, SparkShardResolver
 from calving.ingest.write.rewrite import local_rewrite
 from tests.support.cdc import COLUMNS, SCHEMA, cdc_events
 from tests.support.oracles import ALL_READERS
@@ -180,7 +180,9 @@ def _index_lost_halfway(
     stream = cdc_events(keys=400, events=2400, partitions=2)
     half = len(stream.records) // 2
     produce(broker.bootstrap_servers, topic, stream.records[:half])
-    properties = {**SHARDED, "calving.index.mode": mode}
+    properties = {**SHARDED, "calving.index.mode": mode.split("-")[0]}
+    if mode.endswith("-executors"):  # rebuilt by Spark tasks, not the driver
+        properties["calving.index.executor-rebuild-rows"] = "0"
     table = create_table(catalog, ("db", name), SCHEMA, properties=properties)
     checkpoint = str(tmp_path / "ckpt")
     first = _sink(table)
@@ -191,7 +193,7 @@ def _index_lost_halfway(
     return table, stream, checkpoint
 
 
-@pytest.mark.parametrize("mode", ["sharded", "driver", "failing"])
+@pytest.mark.parametrize("mode", ["sharded", "sharded-executors", "driver", "failing"])
 def test_the_index_opens_while_the_stream_starts(
     mode: str,
     spark: Any,
@@ -205,11 +207,13 @@ def test_the_index_opens_while_the_stream_starts(
     ``calving.kafka_stream`` and ``Pipeline.start`` call) rebuilds it in a thread of its
     own before the first batch, which then finds it open (one rebuild in all); the table
     reads back exactly. An early open that fails (``failing``, sharded) is logged, and
-    the first batch opens the index itself."""
+    the first batch opens the index itself. Sharded mode rebuilds this small table's
+    shards in the driver, or with ``calving.index.executor-rebuild-rows`` 0 in Spark
+    tasks (``sharded-executors``)."""
     topic = make_topic(partitions=2)
-    index_mode = "driver" if mode == "driver" else "sharded"
+    index_mode = mode if mode in ("driver", "sharded-executors") else "sharded"
     table, stream, checkpoint = _index_lost_halfway(
-        spark, broker, topic, sqlite_catalog, tmp_path, f"early_{mode}", index_mode
+        spark, broker, topic, sqlite_catalog, tmp_path, f"early_{mode.replace('-', '_')}", index_mode
     )
     restarted = _sink(table)
     if mode == "failing":
@@ -223,8 +227,13 @@ def test_the_index_opens_while_the_stream_starts(
         assert restarted._opening is not None
         restarted._opening.join(120)
     sharded = restarted.coordinator.sharded
-    if mode == "sharded":
+    if mode.startswith("sharded"):
         assert sharded is not None and sharded.manifest is not None and sharded.rebuilds == 1
+        assert isinstance(sharded.rebuild, SparkShardRebuild)
+        spark_job = mode == "sharded-executors"
+        assert (sharded.rebuild.in_driver, sharded.rebuild.on_executors) == (
+            (0, 1) if spark_job else (1, 0)
+        )
     elif mode == "driver":
         assert sharded is None and restarted.coordinator.index is not None
     else:

@@ -18,8 +18,9 @@ pickled by ``spark_tasks`` (one encoder, one decoder).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 SMALL_BATCH_ROWS = 20_000
 #: The driver caches up to this much of the shards it steps (``DRIVER_SHARD_ENTRIES``).
 DRIVER_CACHE_BYTES = 128 << 20
+#: A batch's stage pins to the executors ``owners()`` saw up to this long before (a
+#: batch's write job lies between); later, it asks Spark again.
+PLACES_FRESH_S = 30.0
 
 
 class ShardStageError(CalvingError):
@@ -76,6 +80,8 @@ class SparkShardResolver:
     in_driver: int = 0
     #: Executors the last job's steps were pinned to (0: none, or not yet run).
     pinned: int = 0
+    #: When ``owners()`` last asked Spark for the executors, and what it saw.
+    _asked: tuple[float, list[str]] | None = field(default=None, repr=False)
 
     def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
         rows = sum(len(r.lookups) + sum(len(f.positions) for f in r.added) for r in requests)
@@ -86,7 +92,7 @@ class SparkShardResolver:
             return resolve_shards(small, requests)
         sc = self.spark.sparkContext
         cores = max(1, int(sc.defaultParallelism))
-        places = executors(self.spark)
+        places = self._places()
         # A task costs tens of milliseconds however little it does: a small batch's
         # shards go to one task (one an owner), a large batch's to one a core (two a
         # core, in two waves, took 0.26-0.34 s against 0.23 s for 50k upserts into 2M
@@ -117,9 +123,20 @@ class SparkShardResolver:
 
     def owners(self) -> int:
         """Executors the stage pins shards to (shard ``s`` to the ``s mod n``-th by id;
-        0 below two: nothing to pin)."""
-        count = len(executors(self.spark))
-        return count if count > 1 else 0
+        0 below two: nothing to pin). The batch's stage, if it runs soon after, pins
+        to the executors seen here rather than asking Spark again (about ten py4j
+        calls)."""
+        places = executors(self.spark)
+        self._asked = (time.monotonic(), places)
+        return len(places) if len(places) > 1 else 0
+
+    def _places(self) -> list[str]:
+        """The executors to pin this job to: those ``owners()`` saw for this batch (at
+        most ``PLACES_FRESH_S`` ago), else asked now."""
+        asked, self._asked = self._asked, None
+        if asked is not None and time.monotonic() - asked[0] <= PLACES_FRESH_S:
+            return asked[1]
+        return executors(self.spark)
 
 
 @dataclass

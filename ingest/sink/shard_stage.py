@@ -142,11 +142,12 @@ class SparkShardResolver:
 @dataclass
 class SparkShardRebuild:
     """A ``ShardRebuild`` on the executors (``index_rebuild.rebuild_shards``), for a
-    snapshot of at least ``calving.index.executor-rebuild-rows`` live rows; a smaller
-    one's shards are built in the driver (``shard_rebuild.build_shards``), as the
-    driver index is below that size: a Spark job costs seconds such a table does not
-    need (2M keys: 0.1 s in the driver, 0.7-1.1 s on two idle one-core workers and
-    3.3 s while a stream starts beside it)."""
+    snapshot of at least ``calving.index.executor-rebuild-rows`` live rows or a table
+    whose steps are set to the owners (``calving.index.shard-steps``); a smaller one's
+    shards are built in the driver (``shard_rebuild.build_shards``), as the driver
+    index is below that size: a Spark job costs seconds such a table does not need
+    (2M keys: 0.5 s in the driver, 0.7-1.1 s on two idle one-core workers and 3.3 s
+    while a stream starts beside it)."""
 
     spark: Any
     io_properties: Mapping[str, str]
@@ -164,7 +165,11 @@ class SparkShardRebuild:
     ) -> list[ShardFile]:
         snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
         rows = live_rows(snapshot) or 0
-        if rows < TableProperties(metadata.properties).index_executor_rebuild_rows:
+        props = TableProperties(metadata.properties)
+        # Steps set to the owners: the pinned rebuild leaves each shard cached on its
+        # owner, where the first batch steps it (built here, each owner's first step
+        # read its shards from storage: 1.5 s for 2M keys on two workers).
+        if rows < props.index_executor_rebuild_rows and props.index_shard_steps != "owners":
             self.in_driver += 1
             log.info(
                 "index shards rebuilt in the driver (%d live rows, below "

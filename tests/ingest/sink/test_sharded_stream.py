@@ -183,6 +183,8 @@ def _index_lost_halfway(
     properties = {**SHARDED, "calving.index.mode": mode.split("-")[0]}
     if mode.endswith("-executors"):  # rebuilt by Spark tasks, not the driver
         properties["calving.index.executor-rebuild-rows"] = "0"
+    if mode.endswith("-owners"):  # so are the shards of steps on the owners
+        properties["calving.index.shard-steps"] = "owners"
     table = create_table(catalog, ("db", name), SCHEMA, properties=properties)
     checkpoint = str(tmp_path / "ckpt")
     first = _sink(table)
@@ -193,7 +195,9 @@ def _index_lost_halfway(
     return table, stream, checkpoint
 
 
-@pytest.mark.parametrize("mode", ["sharded", "sharded-executors", "driver", "failing"])
+@pytest.mark.parametrize(
+    "mode", ["sharded", "sharded-executors", "sharded-owners", "driver", "failing"]
+)
 def test_the_index_opens_while_the_stream_starts(
     mode: str,
     spark: Any,
@@ -208,10 +212,10 @@ def test_the_index_opens_while_the_stream_starts(
     own before the first batch, which then finds it open (one rebuild in all); the table
     reads back exactly. An early open that fails (``failing``, sharded) is logged, and
     the first batch opens the index itself. Sharded mode rebuilds this small table's
-    shards in the driver, or with ``calving.index.executor-rebuild-rows`` 0 in Spark
-    tasks (``sharded-executors``)."""
+    shards in the driver, or in Spark tasks with ``calving.index.executor-rebuild-rows``
+    0 (``sharded-executors``) or the steps set to the owners (``sharded-owners``)."""
     topic = make_topic(partitions=2)
-    index_mode = mode if mode in ("driver", "sharded-executors") else "sharded"
+    index_mode = "sharded" if mode == "failing" else mode
     table, stream, checkpoint = _index_lost_halfway(
         spark, broker, topic, sqlite_catalog, tmp_path, f"early_{mode.replace('-', '_')}", index_mode
     )
@@ -230,7 +234,7 @@ def test_the_index_opens_while_the_stream_starts(
     if mode.startswith("sharded"):
         assert sharded is not None and sharded.manifest is not None and sharded.rebuilds == 1
         assert isinstance(sharded.rebuild, SparkShardRebuild)
-        spark_job = mode == "sharded-executors"
+        spark_job = mode != "sharded"
         assert (sharded.rebuild.in_driver, sharded.rebuild.on_executors) == (
             (0, 1) if spark_job else (1, 0)
         )

@@ -217,7 +217,13 @@ def test_the_index_opens_while_the_stream_starts(
     topic = make_topic(partitions=2)
     index_mode = "sharded" if mode == "failing" else mode
     table, stream, checkpoint = _index_lost_halfway(
-        spark, broker, topic, sqlite_catalog, tmp_path, f"early_{mode.replace('-', '_')}", index_mode
+        spark,
+        broker,
+        topic,
+        sqlite_catalog,
+        tmp_path,
+        f"early_{mode.replace('-', '_')}",
+        index_mode,
     )
     restarted = _sink(table)
     if mode == "failing":

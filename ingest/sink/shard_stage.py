@@ -141,13 +141,11 @@ class SparkShardResolver:
 
 @dataclass
 class SparkShardRebuild:
-    """A ``ShardRebuild`` on the executors (``index_rebuild.rebuild_shards``), for a
-    snapshot of at least ``calving.index.executor-rebuild-rows`` live rows or a table
-    whose steps are set to the owners (``calving.index.shard-steps``); a smaller one's
-    shards are built in the driver (``shard_rebuild.build_shards``), as the driver
-    index is below that size: a Spark job costs seconds such a table does not need
-    (2M keys: 0.5 s in the driver, 0.7-1.1 s on two idle one-core workers and 3.3 s
-    while a stream starts beside it)."""
+    """A ``ShardRebuild`` on the executors (``index_rebuild.rebuild_shards``), or in the
+    driver (``shard_rebuild.build_shards``) for a small snapshot (``rebuild_in_driver``),
+    as the driver index is below that size: a Spark job costs seconds such a table does
+    not need (2M keys: 0.3-0.5 s in the driver, 0.7-1.1 s on two idle one-core workers
+    and 3.3 s while a stream starts beside it)."""
 
     spark: Any
     io_properties: Mapping[str, str]
@@ -163,13 +161,8 @@ class SparkShardRebuild:
         shard_count: int,
         only: Sequence[int],
     ) -> list[ShardFile]:
-        snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
-        rows = live_rows(snapshot) or 0
-        props = TableProperties(metadata.properties)
-        # Steps set to the owners: the pinned rebuild leaves each shard cached on its
-        # owner, where the first batch steps it (built here, each owner's first step
-        # read its shards from storage: 1.5 s for 2M keys on two workers).
-        if rows < props.index_executor_rebuild_rows and props.index_shard_steps != "owners":
+        rows = rebuild_in_driver(metadata, snapshot_id)
+        if rows is not None:
             self.in_driver += 1
             log.info(
                 "index shards rebuilt in the driver (%d live rows, below "
@@ -188,6 +181,22 @@ class SparkShardRebuild:
             only=only,
             cache_bytes=DEFAULT_CACHE_BYTES,
         )
+
+
+def rebuild_in_driver(metadata: TableMetadata, snapshot_id: int | None) -> int | None:
+    """The live rows of snapshot ``snapshot_id`` when its shards are rebuilt in the
+    driver, else None (on the executors): a snapshot whose summary shows fewer than
+    ``calving.index.executor-rebuild-rows`` live rows, unless the steps are set to the
+    owners (``calving.index.shard-steps``), whose pinned rebuild leaves each shard
+    cached on its owner where the first batch steps it (built in the driver, the
+    owners' first steps read their shards from storage: 1.5 s for 2M keys on two
+    workers). A summary without totals is a table of unknown size: the executors."""
+    snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
+    rows = live_rows(snapshot)
+    props = TableProperties(metadata.properties)
+    if rows is None or props.index_shard_steps == "owners":
+        return None
+    return rows if rows < props.index_executor_rebuild_rows else None
 
 
 def sharded_index(spark: Any, table: Table) -> ShardedIndex | None:

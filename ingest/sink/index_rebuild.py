@@ -55,6 +55,7 @@ from calving.commit.index.index_file import (
 )
 from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
 from calving.commit.index.pk_index import PrimaryKeyIndex
+from calving.commit.index.rebuild_place import driver_rebuild_rows
 from calving.commit.index.shard_lookup import CACHE
 from calving.commit.index.shards import (
     SHARDS_DIRECTORY,
@@ -73,7 +74,6 @@ from calving.commit.io import LOCAL_FSYNC, FileIO
 from calving.commit.io_sync import synced_together
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
-from calving.commit.spec.properties import TableProperties
 from calving.commit.spec.types import PrimitiveType
 from calving.commit.table import scan
 from calving.commit.table.summary import live_rows
@@ -563,11 +563,10 @@ def executor_rebuilds() -> int:
 
 @dataclass
 class ExecutorRebuild:
-    """A ``store.Rebuild`` for the driver-resident index: on the executors of ``spark``
-    when the snapshot holds at least ``calving.index.executor-rebuild-rows`` live rows
-    (the shards are merged on the driver, then deleted), else ``build_from_table`` on
-    the driver (a Spark job costs seconds a small table does not need). A failed
-    Spark job falls back to the driver, logged as one warning."""
+    """A ``store.Rebuild`` for the driver-resident index: ``build_from_table`` on the
+    driver for a small snapshot (``rebuild_place.driver_rebuild_rows``), else on the
+    executors of ``spark`` (the shards are merged on the driver, then deleted). A
+    failed Spark job falls back to the driver, logged as one warning."""
 
     spark: Any
     io_properties: Mapping[str, str]
@@ -575,9 +574,10 @@ class ExecutorRebuild:
     def __call__(
         self, io: FileIO, metadata: TableMetadata, key_field_ids: Sequence[int] | None
     ) -> PrimaryKeyIndex:
-        rows = live_rows(metadata.current_snapshot) or 0
-        if rows < TableProperties(metadata.properties).index_executor_rebuild_rows:
+        snapshot = metadata.current_snapshot
+        if driver_rebuild_rows(metadata.properties, snapshot) is not None:
             return build_from_table(io, metadata, key_field_ids)
+        rows = live_rows(snapshot) or 0
         cores = max(1, int(self.spark.sparkContext.defaultParallelism))
         shards = shards_for(rows, cores)
         started = time.monotonic()

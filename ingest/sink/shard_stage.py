@@ -25,6 +25,7 @@ from functools import partial
 from typing import Any
 
 from calving.commit.errors import CalvingError
+from calving.commit.index.rebuild_place import driver_rebuild_rows
 from calving.commit.index.shard_lookup import (
     DEFAULT_CACHE_BYTES,
     DRIVER_SHARD_ENTRIES,
@@ -185,18 +186,15 @@ class SparkShardRebuild:
 
 def rebuild_in_driver(metadata: TableMetadata, snapshot_id: int | None) -> int | None:
     """The live rows of snapshot ``snapshot_id`` when its shards are rebuilt in the
-    driver, else None (on the executors): a snapshot whose summary shows fewer than
-    ``calving.index.executor-rebuild-rows`` live rows, unless the steps are set to the
-    owners (``calving.index.shard-steps``), whose pinned rebuild leaves each shard
-    cached on its owner where the first batch steps it (built in the driver, the
-    owners' first steps read their shards from storage: 1.5 s for 2M keys on two
-    workers). A summary without totals is a table of unknown size: the executors."""
-    snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
-    rows = live_rows(snapshot)
-    props = TableProperties(metadata.properties)
-    if rows is None or props.index_shard_steps == "owners":
+    driver, else None (on the executors): ``rebuild_place.driver_rebuild_rows``'s rule,
+    unless the steps are set to the owners (``calving.index.shard-steps``), whose
+    pinned rebuild leaves each shard cached on its owner where the first batch steps it
+    (built in the driver, the owners' first steps read their shards from storage: 1.5 s
+    for 2M keys on two workers)."""
+    if TableProperties(metadata.properties).index_shard_steps == "owners":
         return None
-    return rows if rows < props.index_executor_rebuild_rows else None
+    snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
+    return driver_rebuild_rows(metadata.properties, snapshot)
 
 
 def sharded_index(spark: Any, table: Table) -> ShardedIndex | None:

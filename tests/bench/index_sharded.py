@@ -284,6 +284,7 @@ def stream_child(args: argparse.Namespace) -> None:
         "cycles": [b - a for a, b in itertools.pairwise(marks)],
         "batches": len(marks),
         "cpu": sum(cpu.values()),
+        "cpu_groups": {k: round(v, 2) for k, v in sorted(cpu.items())},
         "phases": {
             k: statistics.median(p.get(k, 0.0) for p in phases)
             for k in sorted({k for p in phases for k in p})
@@ -334,7 +335,8 @@ def run_stream(
         f"phases {', '.join(f'{k} {v:.3f}' for k, v in result['phases'].items())}; "
         f"first batch: phases {result.get('first_phases')}, shards rebuilt in "
         f"{result.get('rebuild_s')} s; drain {result['seconds']:.2f} s; "
-        f"shards cached a worker {result.get('worker_cache_mib')} MiB"
+        f"shards cached a worker {result.get('worker_cache_mib')} MiB; "
+        f"CPU-s by process group {result.get('cpu_groups')}"
     )
     return result
 
@@ -454,7 +456,8 @@ def run_side(
     log(
         f"{side}: batch median {statistics.median(result['seconds']):.3f} s, "
         f"open {result['open_s']:.1f} s, peak RSS {result['rss_peak_mib']:.0f} MiB, "
-        f"shards cached a worker {result.get('worker_cache_mib')} MiB"
+        f"shards cached a worker {result.get('worker_cache_mib')} MiB; "
+        f"CPU-s by process group {result.get('cpu_groups')}"
     )
     return result
 

@@ -221,6 +221,29 @@ def _cdc_table(catalogs: Any, keys: int) -> Any:
     return table
 
 
+def _jvm_split(before: dict[Any, float], after: dict[Any, float]) -> dict[str, float]:
+    """The ``jvm`` group's CPU-seconds between two samples split by role: the driver's
+    JVM, the executors' and the cluster's master and worker daemons."""
+    out: dict[str, float] = {}
+    for (group, pid), cpu in after.items():
+        if group != "jvm":
+            continue
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        role = (
+            "executors"
+            if b"CoarseGrainedExecutorBackend" in command
+            else "daemons"
+            if b"org.apache.spark.deploy." in command
+            else "driver"
+        )
+        key = f"jvm: {role}"
+        out[key] = out.get(key, 0.0) + cpu - before.get((group, pid), 0.0)
+    return out
+
+
 def stream_child(args: argparse.Namespace) -> None:
     """A Debezium stream (``--records`` events over the table's keys, at most
     ``--max-offsets`` a batch) into a ``--keys``-key table in ``--stream`` mode, on the
@@ -274,7 +297,9 @@ def stream_child(args: argparse.Namespace) -> None:
     seconds = streaming.drain(
         env, topic, sink, commits, work / "ckpt", max_offsets_per_trigger=args.max_offsets
     )
-    cpu = streaming.cpu_used(before, streaming.cpu_seconds(env))
+    after = streaming.cpu_seconds(env)
+    cpu = streaming.cpu_used(before, after)
+    cpu.update(_jvm_split(before, after))
     table.refresh()
     if table.ledger(sink.writer_id) != commits.ends:
         raise AssertionError("the ledger does not cover the topic")

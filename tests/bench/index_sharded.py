@@ -236,7 +236,7 @@ def _jvm_split(before: dict[Any, float], after: dict[Any, float]) -> dict[str, f
             "executors"
             if b"CoarseGrainedExecutorBackend" in command
             else "daemons"
-            if b"org.apache.spark.deploy." in command
+            if b"deploy.master.Master" in command or b"deploy.worker.Worker" in command
             else "driver"
         )
         key = f"jvm: {role}"

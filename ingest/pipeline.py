@@ -45,6 +45,7 @@ from calving.ingest.sink.foreach_batch import CalvingSink
 from calving.ingest.sink.many.sink import ManyTablesSink
 from calving.ingest.sink.many.transactions import TransactionTracker
 from calving.ingest.sink.path_choice import PathChoice, SourcePlan, choose_path
+from calving.ingest.spark_daemon import DAEMON_MODULE
 from calving.ingest.worker_python import use_this_python
 
 if TYPE_CHECKING:
@@ -139,6 +140,8 @@ DRIVER_DEFAULTS = {
     "spark.ui.retainedStages": "100",
     "spark.sql.ui.retainedExecutions": "100",
     "spark.driver.defaultJavaOptions": DRIVER_JAVA_OPTIONS,
+    # Python workers that start warm (``calving.ingest.spark_daemon``).
+    "spark.python.daemon.module": DAEMON_MODULE,
 }
 #: Session settings of a ``local`` master that calving starts (``[spark.conf]`` wins).
 LOCAL_DEFAULTS = {

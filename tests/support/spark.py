@@ -26,7 +26,12 @@ def local_session(
         os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), path) if p)
     from pyspark.sql import SparkSession
 
-    builder = SparkSession.builder.master(master)
+    from calving.ingest.spark_daemon import DAEMON_MODULE
+
+    # Python workers start warm, as under ``calving run`` (``[spark.conf]`` may differ).
+    builder = SparkSession.builder.master(master).config(
+        "spark.python.daemon.module", DAEMON_MODULE
+    )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     session = (

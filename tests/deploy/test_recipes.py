@@ -24,6 +24,8 @@ from typing import Any
 
 import pytest
 
+from calving.ingest.pipeline import DRIVER_DEFAULTS
+from calving.ingest.spark_daemon import DAEMON_MODULE
 from tests.deploy.checks import DEPLOY, REPO, env_file_values, yaml_parser
 from tests.deploy.fakes import call_envs, calls, run
 
@@ -410,6 +412,9 @@ def test_spark_defaults_turn_the_progress_bar_off() -> None:
     )
     assert settings["spark.ui.showConsoleProgress"].strip() == "false"
     assert "spark.authenticate.secret" not in settings
+    # calving run's daemon, the same module the pipeline's sessions name.
+    assert settings["spark.python.daemon.module"].strip() == DAEMON_MODULE
+    assert DRIVER_DEFAULTS["spark.python.daemon.module"] == DAEMON_MODULE
 
 
 # ---------------------------------------------------------------- compose and Kubernetes

@@ -351,6 +351,7 @@ def test_spark_submit_finds_the_python_of_the_calving_command(
     ).stdout.strip()
     assert f"spark.pyspark.python={expected}" in confs(call)
     assert f"spark.pyspark.driver.python={expected}" in confs(call)
+    assert f"spark.python.daemon.module={DAEMON_MODULE}" in confs(call)  # warm workers
 
 
 @pytest.mark.integration  # starts a process (tests/support/tiers.py)

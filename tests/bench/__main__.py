@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "maintenance_pass": _lazy("tests.bench.maintenance_pass"),
     "throughput": _lazy("tests.bench.throughput"),
     "freshness": _lazy("tests.bench.freshness"),
+    "worker_start": _lazy("tests.bench.worker_start"),
     "many_tables": _lazy("tests.bench.many_tables"),
     "many_tables_start": _lazy("tests.bench.many_tables_start"),
     "many_tables_memory": _lazy("tests.bench.many_tables_memory"),

@@ -16,6 +16,7 @@ interpreter from Spark's ``pyspark.zip`` against the installed package.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import statistics
@@ -28,6 +29,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from calving.ingest.spark_daemon import CALVING_TASK_MODULES
 from tests.bench.figures import Figure
 from tests.bench.index_rebuild import cpu_between, tree_cpu
 
@@ -39,9 +41,8 @@ def log(msg: str) -> None:
 
 
 def _task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    import calving.ingest.sink.executor  # noqa: F401 -- what a write task imports
-    import calving.ingest.sink.fused  # noqa: F401
-
+    for module in CALVING_TASK_MODULES:  # what a write task imports
+        importlib.import_module(module)
     for _ in batches:
         pass
     yield pa.RecordBatch.from_pylist([{"pid": os.getpid()}])
@@ -52,6 +53,7 @@ def child(daemon: str) -> None:
     from tests.support.spark import local_session
 
     spark = local_session("worker-start", "local[2]", {"spark.python.daemon.module": daemon})
+
     def job() -> float:
         started = time.perf_counter()
         map_in_arrow(spark.range(0, 2, 1, 2), _task, "pid long").collect()
@@ -87,7 +89,9 @@ def import_seconds(from_zip: bool) -> float:
     else:
         env.pop("PYTHONPATH", None)
     code = "import time; t = time.perf_counter(); import pyspark.worker; print(time.perf_counter() - t)"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
     return float(out.stdout.strip())
 
 

@@ -4,17 +4,20 @@ Spark starts the Python workers of each pool from a daemon, ``python -m pyspark.
 with Spark's own ``pyspark.zip`` and py4j zip first on ``sys.path``. Python compiles a
 module it imports from a zip from source every time (it caches no bytecode there), and
 a worker the daemon forks imports ``pyspark.worker`` after the fork: importing it took
-1.43 s from the zip against 0.29 s from the installed package, in each daemon and again
-in each worker. A stream's first write job waited for that on every executor.
+1.38-1.43 s from the zip against 0.17-0.29 s from the installed package, in each daemon
+and again in each worker.
 
 This module is the daemon calving's sessions name (``DAEMON_MODULE``). Where the
 installed ``pyspark`` (and ``py4j``) are the zips' versions (pip's pyspark, whose
-``SPARK_HOME`` holds the zips), it puts Spark's zips after them on ``sys.path``, imports
-the worker module before forking, so that every worker inherits it, and, in calving's
-own pool (``spark_tasks.POOL_ENV``), calving's task modules too; then it runs pyspark's
-daemon. Without an installed copy of the zips' version, ``sys.path`` stays as Spark set
-it. ``spark.python.daemon.module`` is read when the executors start: it is a session
-setting (``calving run`` and ``config/spark-defaults.conf`` set it), not a runtime one.
+``SPARK_HOME`` holds the zips), it puts Spark's zips after them on ``sys.path`` and
+imports ``pyspark.worker`` before forking, so that every worker inherits it; then it
+runs pyspark's daemon. Without an installed copy of the zips' version, ``sys.path``
+stays as Spark set it. It imports nothing that starts a thread: pyspark forks its
+workers from a single-threaded daemon, and importing pyarrow starts two (jemalloc's
+background thread and numpy's BLAS pool), so calving's own modules, which import
+pyarrow, are left to the workers. ``spark.python.daemon.module`` is read when the
+executors start: it is a session setting (``calving run``, ``deploy/spark-submit.sh``
+and ``config/spark-defaults.conf`` set it), not a runtime one.
 """
 
 from __future__ import annotations
@@ -24,12 +27,10 @@ import os
 import re
 import sys
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 #: The value of ``spark.python.daemon.module`` that selects this daemon.
 DAEMON_MODULE = "calving.ingest.spark_daemon"
-#: calving's task modules, imported by the daemon of calving's pool before it forks.
-CALVING_TASK_MODULES = ("calving.ingest.sink.executor", "calving.ingest.sink.fused")
 _PY4J_ZIP = re.compile(r"py4j-(?P<version>[0-9][^/]*?)-src\.zip$")
 _VERSION = re.compile(r"""__version__[^=]*=\s*["']([^"']+)["']""")
 
@@ -81,29 +82,26 @@ def installed_first(path: Sequence[str]) -> list[str]:
     return [p for p in path if p not in spark_zips] + spark_zips
 
 
-def warm_up(argv: Sequence[str], environ: Mapping[str, str]) -> list[str]:
-    """Import what the daemon's workers import after forking: the worker module
-    (``argv[1]`` when it names one, as pyspark's daemon reads it) and, in calving's
-    pool, calving's task modules. Returns the modules imported; one that fails to
-    import is left to the worker, which reports it as a task failure."""
-    from calving.ingest.sink.spark_tasks import POOL_ENV
-
+def warm_up(argv: Sequence[str]) -> list[str]:
+    """Import the worker module that the daemon's workers import after forking, when
+    it is ``pyspark.worker`` (pyspark's daemon reads ``argv[1]``; other worker modules
+    may start threads at import, and are left to the workers). Returns the modules
+    imported; one that fails is left to the worker, which reports it as a task
+    failure."""
     worker = argv[1] if len(argv) > 1 and argv[1].startswith("pyspark") else "pyspark.worker"
-    wanted = [worker, *(CALVING_TASK_MODULES if environ.get(POOL_ENV) else ())]
-    imported = []
-    for module in wanted:
-        try:
-            importlib.import_module(module)
-        except Exception as err:  # noqa: BLE001 -- the forked worker raises it again
-            print(f"calving daemon: {module} not imported ahead: {err}", file=sys.stderr)
-            continue
-        imported.append(module)
-    return imported
+    if worker != "pyspark.worker":
+        return []
+    try:
+        importlib.import_module(worker)
+    except Exception as err:  # noqa: BLE001 -- the forked worker raises it again
+        print(f"calving daemon: {worker} not imported ahead: {err}", file=sys.stderr)
+        return []
+    return [worker]
 
 
 def main() -> None:
     sys.path[:] = installed_first(sys.path)
-    warm_up(sys.argv, os.environ)
+    warm_up(sys.argv)
     from pyspark import daemon
 
     daemon.manager()

@@ -29,10 +29,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from calving.ingest.spark_daemon import CALVING_TASK_MODULES
 from tests.bench.figures import Figure
 from tests.bench.index_rebuild import cpu_between, tree_cpu
 
+TASK_MODULES = ("calving.ingest.sink.executor", "calving.ingest.sink.fused")
 SIDES = {"calving": "calving.ingest.spark_daemon", "peer": "pyspark.daemon"}
 
 
@@ -41,7 +41,7 @@ def log(msg: str) -> None:
 
 
 def _task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    for module in CALVING_TASK_MODULES:  # what a write task imports
+    for module in TASK_MODULES:  # what a write task imports
         importlib.import_module(module)
     for _ in batches:
         pass

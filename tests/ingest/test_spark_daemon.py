@@ -1,6 +1,6 @@
 """``spark_daemon``: Spark's Python workers import the installed pyspark (not Spark's
 zip, compiled from source in every process) when it is the zip's version, and start
-with the worker module (and in calving's pool, calving's task modules) imported."""
+with the worker module imported, from a daemon that never runs a second thread."""
 
 from __future__ import annotations
 
@@ -14,13 +14,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from calving.ingest.sink.spark_tasks import POOL_ENV, map_in_arrow
-from calving.ingest.spark_daemon import (
-    CALVING_TASK_MODULES,
-    DAEMON_MODULE,
-    installed_first,
-    warm_up,
-)
+from calving.ingest.sink.spark_tasks import map_in_arrow
+from calving.ingest.spark_daemon import DAEMON_MODULE, installed_first, warm_up
 
 
 def _spark_zips(tmp: Path, pyspark: str, py4j: str) -> tuple[str, str]:
@@ -72,14 +67,19 @@ def test_a_path_without_spark_zips_is_left_alone(tmp_path: Path) -> None:
     assert installed_first([str(broken), str(tmp_path)]) == [str(broken), str(tmp_path)]
 
 
-def test_the_calving_pool_warms_calving_modules_too(capsys: pytest.CaptureFixture[str]) -> None:
-    assert warm_up(["daemon"], {}) == ["pyspark.worker"]
-    assert warm_up(["daemon"], {POOL_ENV: "1"}) == ["pyspark.worker", *CALVING_TASK_MODULES]
-    source = "pyspark.sql.worker.plan_data_source_read"
-    assert warm_up(["daemon", source], {}) == [source]
-    # A module that does not import is left to the worker (its task fails with it).
-    assert warm_up(["daemon", "pyspark.no_such_worker"], {}) == []
-    assert "pyspark.no_such_worker not imported ahead" in capsys.readouterr().err
+def test_only_pyspark_worker_is_imported_ahead(capsys: pytest.CaptureFixture[str]) -> None:
+    assert warm_up(["daemon"]) == ["pyspark.worker"]
+    assert warm_up(["daemon", "pyspark.worker"]) == ["pyspark.worker"]
+    # Other worker modules may start threads when imported: left to the workers.
+    assert warm_up(["daemon", "pyspark.sql.worker.plan_data_source_read"]) == []
+
+
+def test_a_worker_module_that_fails_is_left_to_the_worker(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(sys.modules, "pyspark.worker", None)  # import raises ImportError
+    assert warm_up(["daemon"]) == []
+    assert "pyspark.worker not imported ahead" in capsys.readouterr().err
 
 
 def _where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -87,28 +87,25 @@ def _where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pass
     import pyspark
 
-    parent = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    daemon = Path(f"/proc/{os.getppid()}")
+    command = (daemon / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    threads = len(os.listdir(daemon / "task"))
     yield pa.RecordBatch.from_pylist(
-        [
-            {
-                "daemon": parent,
-                "pyspark": pyspark.__file__,
-                "warm": all(m in sys.modules for m in CALVING_TASK_MODULES),
-            }
-        ]
+        [{"daemon": command, "pyspark": pyspark.__file__, "daemon_threads": threads}]
     )
 
 
 @pytest.mark.integration
 def test_the_sessions_workers_run_calvings_daemon_warm(spark: Any) -> None:
-    """The tests' session (as ``calving run``'s) names the daemon; its workers import
-    pip's pyspark, not Spark's zip, and calving's pool starts with calving's modules."""
+    """The tests' session (as ``calving run``'s) names the daemon; the workers of both
+    pools (calving's and any other function's) import pip's pyspark, not Spark's zip,
+    and fork from a daemon with one thread (pyspark's rule: no fork beside a thread)."""
     assert spark.sparkContext.getConf().get("spark.python.daemon.module") == DAEMON_MODULE
     frame = spark.range(0, 2, 1, 2)
-    schema = "daemon string, pyspark string, warm boolean"
-    for row in map_in_arrow(frame, _where, schema).collect():
+    schema = "daemon string, pyspark string, daemon_threads long"
+    ours = map_in_arrow(frame, _where, schema).collect()
+    plain = frame.mapInArrow(_where, schema).collect()  # the other pool
+    for row in ours + plain:
         assert f"-m {DAEMON_MODULE}" in row["daemon"]
         assert ".zip" not in row["pyspark"], row["pyspark"]
-        assert row["warm"]
-    plain = frame.mapInArrow(_where, schema).collect()  # the other pool: pyspark only
-    assert all(f"-m {DAEMON_MODULE}" in r["daemon"] and ".zip" not in r["pyspark"] for r in plain)
+        assert row["daemon_threads"] == 1

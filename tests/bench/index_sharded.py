@@ -299,7 +299,7 @@ def stream_child(args: argparse.Namespace) -> None:
     )
     after = streaming.cpu_seconds(env)
     cpu = streaming.cpu_used(before, after)
-    cpu.update(_jvm_split(before, after))
+    groups = {**cpu, **_jvm_split(before, after)}  # "jvm" and its parts: not summed
     table.refresh()
     if table.ledger(sink.writer_id) != commits.ends:
         raise AssertionError("the ledger does not cover the topic")
@@ -309,7 +309,7 @@ def stream_child(args: argparse.Namespace) -> None:
         "cycles": [b - a for a, b in itertools.pairwise(marks)],
         "batches": len(marks),
         "cpu": sum(cpu.values()),
-        "cpu_groups": {k: round(v, 2) for k, v in sorted(cpu.items())},
+        "cpu_groups": {k: round(v, 2) for k, v in sorted(groups.items())},
         "phases": {
             k: statistics.median(p.get(k, 0.0) for p in phases)
             for k in sorted({k for p in phases for k in p})
@@ -483,8 +483,7 @@ def run_side(
     log(
         f"{side}: batch median {statistics.median(result['seconds']):.3f} s, "
         f"open {result['open_s']:.1f} s, peak RSS {result['rss_peak_mib']:.0f} MiB, "
-        f"shards cached a worker {result.get('worker_cache_mib')} MiB; "
-        f"CPU-s by process group {result.get('cpu_groups')}"
+        f"shards cached a worker {result.get('worker_cache_mib')} MiB"
     )
     return result
 

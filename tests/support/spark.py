@@ -28,7 +28,7 @@ def local_session(
 
     from calving.ingest.spark_daemon import DAEMON_MODULE
 
-    # Python workers start warm, as under ``calving run`` (``[spark.conf]`` may differ).
+    # Python workers start warm, as in the sessions ``calving run`` starts.
     builder = SparkSession.builder.master(master).config(
         "spark.python.daemon.module", DAEMON_MODULE
     )

@@ -212,7 +212,6 @@ submit+=(
   --conf "spark.pyspark.python=$executor_python"
   --conf "spark.pyspark.driver.python=$driver_python"
   --conf spark.ui.showConsoleProgress=false
-  --conf spark.python.daemon.module=calving.ingest.spark_daemon
   ${rest[@]+"${rest[@]}"}
   --py-files "$py_files"
   "$here/calving_app.py"

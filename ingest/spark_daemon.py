@@ -16,8 +16,10 @@ stays as Spark set it. It imports nothing that starts a thread: pyspark forks it
 workers from a single-threaded daemon, and importing pyarrow starts two (jemalloc's
 background thread and numpy's BLAS pool), so calving's own modules, which import
 pyarrow, are left to the workers. ``spark.python.daemon.module`` is read when the
-executors start: it is a session setting (``calving run``, ``deploy/spark-submit.sh``
-and ``config/spark-defaults.conf`` set it), not a runtime one.
+executors start: it is a session setting (``calving run`` sets it for the sessions it
+starts; ``config/spark-defaults.conf`` holds it commented out), not a runtime one. The
+workers must import this module before any task runs, so calving must be installed in
+their interpreter: a copy shipped with ``--py-files`` reaches only the tasks.
 """
 
 from __future__ import annotations

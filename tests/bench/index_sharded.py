@@ -224,19 +224,18 @@ def _cdc_table(catalogs: Any, keys: int) -> Any:
 def _jvm_split(before: dict[Any, float], after: dict[Any, float]) -> dict[str, float]:
     """The ``jvm`` group's CPU-seconds between two samples split by role: the driver's
     JVM, the executors' and the cluster's master and worker daemons."""
+    from tests.deploy.cluster import EXECUTOR_CLASS, MASTER_CLASS, WORKER_CLASS, cmdline
+
     out: dict[str, float] = {}
     for (group, pid), cpu in after.items():
-        if group != "jvm":
-            continue
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
+        command = cmdline(pid) if group == "jvm" else ""
+        if not command:
             continue
         role = (
             "executors"
-            if b"CoarseGrainedExecutorBackend" in command
+            if EXECUTOR_CLASS in command
             else "daemons"
-            if b"deploy.master.Master" in command or b"deploy.worker.Worker" in command
+            if MASTER_CLASS in command or WORKER_CLASS in command
             else "driver"
         )
         key = f"jvm: {role}"

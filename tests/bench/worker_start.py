@@ -29,11 +29,12 @@ from typing import Any
 
 import pyarrow as pa
 
+from calving.ingest.spark_daemon import DAEMON_MODULE
 from tests.bench.figures import Figure
 from tests.bench.index_rebuild import cpu_between, tree_cpu
 
 TASK_MODULES = ("calving.ingest.sink.executor", "calving.ingest.sink.fused")
-SIDES = {"calving": "calving.ingest.spark_daemon", "peer": "pyspark.daemon"}
+SIDES = {"calving": DAEMON_MODULE, "peer": "pyspark.daemon"}
 
 
 def log(msg: str) -> None:

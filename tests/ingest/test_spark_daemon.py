@@ -87,9 +87,10 @@ def _where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         pass
     import pyspark
 
-    daemon = Path(f"/proc/{os.getppid()}")
-    command = (daemon / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-    threads = len(os.listdir(daemon / "task"))
+    from tests.deploy.cluster import cmdline
+
+    command = cmdline(os.getppid())
+    threads = len(os.listdir(f"/proc/{os.getppid()}/task"))
     yield pa.RecordBatch.from_pylist(
         [{"daemon": command, "pyspark": pyspark.__file__, "daemon_threads": threads}]
     )

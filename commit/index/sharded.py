@@ -17,6 +17,11 @@ or older) through the commits since, as it does after any other writer's commit.
 restart does the same from the manifest the table names: at most the last commit's
 changes are read again.
 
+A new ``calving.index.shards`` splits or merges the held shards' files into that
+many (``reshard``: the groups run on the executors, or in the driver below the
+rebuild threshold), reading no data file; shards that cannot be read that way are
+rebuilt.
+
 The manifest's shards must hold, together, the snapshot's live rows (record counts
 minus deletion-vector cardinalities); a manifest that does not is never written: the
 next batch rebuilds every shard, by ``rebuild`` (the Spark tasks of
@@ -37,6 +42,8 @@ from calving.commit.errors import CalvingError, FileNotFoundInTableError
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import KeyCodec
 from calving.commit.index.matches import Matches
+from calving.commit.index.pk_index import IndexUpdateError
+from calving.commit.index.reshard import Reshard, reshard_here, resharded
 from calving.commit.index.shard_batch import BatchKeys, merge_results
 from calving.commit.index.shard_chain import ShardDiff
 from calving.commit.index.shard_lookup import (
@@ -119,6 +126,11 @@ class ShardedIndex:
     rebuilds: int = 0
     #: Wall seconds the full rebuilds took.
     rebuild_seconds: float = 0.0
+    #: Splits or merges of the shards into a new count (``calving.index.shards``),
+    #: on the executors or, when None, in this process (``reshard.reshard_here``).
+    reshard: Reshard | None = None
+    reshards: int = 0
+    reshard_seconds: float = 0.0
     #: Batches whose keys the write tasks resolved (``task_steps``).
     in_tasks: int = 0
     #: Keys the last batch looked up (a small batch on small shards steps in the driver;
@@ -147,12 +159,13 @@ class ShardedIndex:
                 wanted = TableProperties(metadata.properties).index_shards
                 if not wanted or wanted == manifest.shard_count:
                     return self._hold(manifest, named)
-                log.info(
-                    "calving.index.shards is %d, the index has %d shards: rebuilding them",
-                    wanted,
-                    manifest.shard_count,
-                )
-            except (UnreadableIndexError, FileNotFoundInTableError, IndexMismatchError) as err:
+                return self.reshard_to(metadata, manifest, wanted)
+            except (
+                UnreadableIndexError,
+                FileNotFoundInTableError,
+                IndexMismatchError,
+                IndexUpdateError,
+            ) as err:
                 log.warning("index shards not used, rebuilding them: %s", err)
         elif named and metadata.current_snapshot_id is not None:
             # Driver mode before: its index (caught up, or rebuilt) split into shards.
@@ -163,6 +176,25 @@ class ShardedIndex:
             log.info("primary-key index switched to %d shards", manifest.shard_count)
             return self._hold(manifest, location)
         return self.rebuild_all(metadata)
+
+    def reshard_to(
+        self, metadata: TableMetadata, manifest: ShardManifest, shard_count: int
+    ) -> ShardManifest:
+        """``manifest``'s index split or merged into ``shard_count`` shards, from its
+        shards' files (``reshard``): the same snapshot, no data file read."""
+        started = time.perf_counter()
+        written = (self.reshard or reshard_here)(self.io, metadata, manifest, shard_count)
+        new = resharded(manifest, shard_count, written)
+        self.reshards += 1
+        self.reshard_seconds += time.perf_counter() - started
+        log.info(
+            "primary-key index resharded from %d to %d shards in %.2fs (%d entries)",
+            manifest.shard_count,
+            shard_count,
+            time.perf_counter() - started,
+            new.entries,
+        )
+        return self._hold(new, write_manifest(self.io, new, metadata.location))
 
     def rebuild_all(self, metadata: TableMetadata) -> ShardManifest:
         """Every shard rebuilt from the current snapshot's data files."""

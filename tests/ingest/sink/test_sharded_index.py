@@ -24,7 +24,7 @@ from calving.commit.index.shard_lookup import LocalResolver
 from calving.commit.index.sharded import ShardedIndex, names_shards
 from calving.commit.index.shards import ShardFile, read_manifest
 from calving.commit.index.task_steps import run_task_steps
-from calving.commit.io import FileIO
+from calving.commit.io import FileIO, local_path
 from calving.commit.maintenance.compaction import compact
 from calving.commit.maintenance.compaction_plan import CompactionPolicy
 from calving.commit.maintenance.orphans import find_orphans
@@ -572,20 +572,54 @@ def test_a_worker_holding_an_older_state_of_a_shard_reads_only_the_deltas_since(
     assert sharded.manifest is not None and bool(sharded.manifest.aliases) != in_place
 
 
-def test_a_new_shard_count_rebuilds_the_shards_at_the_next_start(sqlite_catalog: Any) -> None:
-    table = create_table(sqlite_catalog, ("db", "reshard"), EVENTS)
-    writer = Writer(table, shards=4)
+@pytest.mark.parametrize(("before", "after"), [(4, 8), (8, 2), (4, 1)])
+def test_a_new_shard_count_splits_or_merges_the_shards_at_the_next_start(
+    sqlite_catalog: Any, before: int, after: int
+) -> None:
+    """The shards' own files make the new count (no rebuild from the data files), the
+    chains' deltas and a renamed file included, and the stream goes on exact."""
+    table = create_table(sqlite_catalog, ("db", f"reshard_{before}_{after}"), EVENTS)
+    writer = Writer(table, shards=before)
     rng = random.Random(12)
     _random_batches(writer, rng, 4)
     writer.coordinator.save_index()
-    table.commit_or_raise(UpdateProperties({"calving.index.shards": "8"}))
+    table.commit_or_raise(UpdateProperties({"calving.index.shards": str(after)}))
     writer.restart()
     _random_batches(writer, rng, 3)
     writer.check()
     sharded = writer.coordinator.sharded
     assert sharded is not None and sharded.manifest is not None
-    assert sharded.manifest.shard_count == 8 and sharded.rebuilds == 1
+    assert sharded.manifest.shard_count == after
+    assert (sharded.reshards, sharded.rebuilds) == (1, 0)
     assert sharded.manifest.entries == len(writer.expected)
+    writer.restart()  # the count held: nothing more to do
+    _random_batches(writer, rng, 1)
+    writer.check()
+    restarted = writer.coordinator.sharded
+    assert restarted is not None and (restarted.reshards, restarted.rebuilds) == (0, 0)
+
+
+def test_a_shard_that_cannot_be_split_is_rebuilt(sqlite_catalog: Any) -> None:
+    table = create_table(sqlite_catalog, ("db", "reshard_corrupt"), EVENTS)
+    writer = Writer(table, shards=4)
+    rng = random.Random(14)
+    _random_batches(writer, rng, 3)
+    writer.coordinator.save_index()
+    manifest = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
+    path = local_path(manifest.shards[2].location)
+    with open(path, "r+b") as f:
+        f.seek(40)
+        byte = f.read(1)
+        f.seek(40)
+        f.write(bytes([byte[0] ^ 1]))
+    table.commit_or_raise(UpdateProperties({"calving.index.shards": "8"}))
+    writer.restart()
+    _random_batches(writer, rng, 2)
+    writer.check()
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    assert sharded.manifest.shard_count == 8
+    assert (sharded.reshards, sharded.rebuilds) == (0, 1)
 
 
 def test_a_composite_key_of_a_string_and_a_long(sqlite_catalog: Any) -> None:

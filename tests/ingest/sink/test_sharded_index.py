@@ -572,17 +572,22 @@ def test_a_worker_holding_an_older_state_of_a_shard_reads_only_the_deltas_since(
     assert sharded.manifest is not None and bool(sharded.manifest.aliases) != in_place
 
 
-@pytest.mark.parametrize(("before", "after"), [(4, 8), (8, 2), (4, 1)])
+@pytest.mark.parametrize(
+    ("before", "after", "saved"), [(4, 8, True), (8, 2, True), (4, 1, False), (2, 16, False)]
+)
 def test_a_new_shard_count_splits_or_merges_the_shards_at_the_next_start(
-    sqlite_catalog: Any, before: int, after: int
+    sqlite_catalog: Any, before: int, after: int, saved: bool
 ) -> None:
     """The shards' own files make the new count (no rebuild from the data files), the
-    chains' deltas and a renamed file included, and the stream goes on exact."""
-    table = create_table(sqlite_catalog, ("db", f"reshard_{before}_{after}"), EVENTS)
+    chains' deltas included, and the stream goes on exact; unsaved (a crash), the
+    manifest the table names is a commit behind, which the next batch catches up."""
+    name = f"reshard_{before}_{after}_{saved}".lower()
+    table = create_table(sqlite_catalog, ("db", name), EVENTS)
     writer = Writer(table, shards=before)
     rng = random.Random(12)
     _random_batches(writer, rng, 4)
-    writer.coordinator.save_index()
+    if saved:
+        writer.coordinator.save_index()
     table.commit_or_raise(UpdateProperties({"calving.index.shards": str(after)}))
     writer.restart()
     _random_batches(writer, rng, 3)

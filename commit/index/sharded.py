@@ -159,7 +159,11 @@ class ShardedIndex:
                 wanted = TableProperties(metadata.properties).index_shards
                 if not wanted or wanted == manifest.shard_count:
                     return self._hold(manifest, named)
-                return self.reshard_to(metadata, manifest, wanted)
+                try:
+                    return self.reshard_to(metadata, manifest, wanted)
+                except CalvingError as err:  # a shard, or the executors' job, failed
+                    log.warning("index shards not resharded, rebuilding them: %s", err)
+                    return self.rebuild_all(metadata)
             except (
                 UnreadableIndexError,
                 FileNotFoundInTableError,

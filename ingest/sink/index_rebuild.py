@@ -443,7 +443,7 @@ def rebuild_shards(
             time.monotonic() - pieced,
         )
     except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
-        raise _job_failed(err) from None
+        raise job_failed(err) from None
     finally:
         sc.setLocalProperty("spark.job.description", described)
         delete_piece_files(io, exchange, pieces)
@@ -476,7 +476,7 @@ def _rebuild_in_one_job(
             spark, partial(_files_group, job, tasks), shard_groups, where
         )
     except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
-        raise _job_failed(err) from None
+        raise job_failed(err) from None
     finally:
         sc.setLocalProperty("spark.job.description", described)
     log.info(
@@ -494,10 +494,10 @@ def _rebuild_in_one_job(
     return written
 
 
-def _job_failed(err: Exception) -> IndexRebuildError:
-    """A failed rebuild job, in one line (py4j's message spans many)."""
+def job_failed(err: Exception, what: str = "index rebuild") -> IndexRebuildError:
+    """A failed rebuild (or reshard) job, in one line (py4j's message spans many)."""
     text = " ".join(str(err).split())[:300] or type(err).__name__
-    return IndexRebuildError(f"index rebuild job failed: {text}")
+    return IndexRebuildError(f"{what} job failed: {text}")
 
 
 def _by_task(

@@ -8,7 +8,8 @@ are small (at most ``calving.index.driver-step-keys`` keys, ``DRIVER_SHARD_ENTRI
 entries in the shards it touches) runs its steps in the driver instead: a Spark job
 costs 0.1-0.2 s before any work, the steps of such a batch a few milliseconds; the
 driver keeps at most ``DRIVER_CACHE_BYTES`` of shards for it. ``SparkShardRebuild``
-rebuilds shards with ``index_rebuild.rebuild_shards`` (a small table's in the driver).
+rebuilds shards with ``index_rebuild.rebuild_shards`` (a small table's in the driver);
+``SparkReshard`` splits or merges them into a new count, one task a group.
 ``sharded_index`` picks the mode of a table (``calving.index.mode``) and builds what
 sharded mode needs. Messages
 between the driver and the tasks are the frozen dataclasses of ``shard_lookup``,
@@ -25,8 +26,16 @@ from functools import partial
 from typing import Any
 
 from calving.commit.errors import CalvingError
+from calving.commit.index.pk_index import PrimaryKeyIndex
 from calving.commit.index.rebuild_place import driver_rebuild_rows
+from calving.commit.index.reshard import (
+    ReshardGroup,
+    reshard_groups,
+    reshard_here,
+    split_group,
+)
 from calving.commit.index.shard_lookup import (
+    CACHE,
     DEFAULT_CACHE_BYTES,
     DRIVER_SHARD_ENTRIES,
     ShardJob,
@@ -36,13 +45,13 @@ from calving.commit.index.shard_lookup import (
 )
 from calving.commit.index.shard_rebuild import build_shards
 from calving.commit.index.sharded import ShardedIndex, choose_mode
-from calving.commit.index.shards import ShardFile
+from calving.commit.index.shards import ShardFile, ShardManifest
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata
 from calving.commit.spec.properties import TableProperties
 from calving.commit.table.summary import live_rows
 from calving.commit.table.table import Table
-from calving.ingest.sink.index_rebuild import rebuild_shards, shards_for
+from calving.ingest.sink.index_rebuild import job_failed, rebuild_shards, shards_for
 from calving.ingest.sink.spark_tasks import executors, pinned_groups, run_tasks
 
 log = logging.getLogger(__name__)
@@ -184,6 +193,63 @@ class SparkShardRebuild:
         )
 
 
+@dataclass(frozen=True)
+class ReshardJob:
+    """What every task of one reshard needs (``reshard.split_group``'s inputs)."""
+
+    table_location: str
+    manifest: ShardManifest
+    shard_count: int
+    io_properties: Mapping[str, str]
+    #: Each task keeps the shards it wrote in its Python worker's cache (up to this
+    #: many bytes), where the next batch's steps find them.
+    cache_bytes: int = DEFAULT_CACHE_BYTES
+
+
+def split_groups(job: ReshardJob, task: int, group: ReshardGroup) -> list[ShardFile]:
+    """One reshard group (executor): its new shards written and kept cached."""
+    io = FileIO(dict(job.io_properties))
+
+    def keep(written: ShardFile, index: PrimaryKeyIndex) -> None:
+        CACHE.put(written, index, job.cache_bytes)
+
+    return split_group(io, job.manifest, job.table_location, job.shard_count, group, keep)
+
+
+@dataclass
+class SparkReshard:
+    """A ``Reshard`` on the executors (one Spark task a group, ``split_groups``), or
+    in the driver (``reshard_here``) where a rebuild would run there
+    (``rebuild_in_driver``: below ``calving.index.executor-rebuild-rows``)."""
+
+    spark: Any
+    io_properties: Mapping[str, str]
+    in_driver: int = 0
+    on_executors: int = 0
+
+    def __call__(
+        self, io: FileIO, metadata: TableMetadata, manifest: ShardManifest, shard_count: int
+    ) -> list[ShardFile]:
+        if rebuild_in_driver(metadata, manifest.snapshot_id) is not None:
+            self.in_driver += 1
+            return reshard_here(io, metadata, manifest, shard_count)
+        self.on_executors += 1
+        groups = reshard_groups(manifest.shard_count, shard_count)
+        job = ReshardJob(metadata.location, manifest, shard_count, dict(self.io_properties))
+        sc = self.spark.sparkContext
+        described = sc.getLocalProperty("spark.job.description")
+        sc.setJobDescription(
+            f"calving index reshard: {manifest.shard_count} -> {shard_count} shards"
+        )
+        try:
+            written: list[ShardFile] = run_tasks(self.spark, partial(split_groups, job), groups)
+        except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
+            raise job_failed(err, "index reshard") from None
+        finally:
+            sc.setLocalProperty("spark.job.description", described)
+        return written
+
+
 def rebuild_in_driver(metadata: TableMetadata, snapshot_id: int | None) -> int | None:
     """The live rows of snapshot ``snapshot_id`` when its shards are rebuilt in the
     driver, else None (on the executors): ``rebuild_place.driver_rebuild_rows``'s rule,
@@ -212,6 +278,7 @@ def sharded_index(spark: Any, table: Table) -> ShardedIndex | None:
         table.io,
         SparkShardResolver(spark),
         SparkShardRebuild(spark, io_properties),
+        reshard=SparkReshard(spark, io_properties),
         shard_count=shards,
         io_properties=io_properties,
     )

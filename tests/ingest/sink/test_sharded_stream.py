@@ -25,7 +25,7 @@ from calving.commit.table.table import Table, create_table
 from calving.ingest.decode import DebeziumDecoder
 from calving.ingest.kafka.producer import produce
 from calving.ingest.sink.foreach_batch import CalvingSink
-from calving.ingest.sink.shard_stage import SparkShardRebuild, SparkShardResolver
+from calving.ingest.sink.shard_stage import SparkReshard, SparkShardRebuild, SparkShardResolver
 from calving.ingest.write.rewrite import local_rewrite
 from tests.support.cdc import COLUMNS, SCHEMA, cdc_events
 from tests.support.oracles import ALL_READERS
@@ -134,6 +134,53 @@ def test_restart_and_compaction_beside_a_sharded_stream(
     assert passes["groups"] >= 1, passes  # compactions landed while the stream ran
     sharded = restarted.coordinator.sharded
     assert sharded is not None and sharded.rebuilds == 0
+
+
+@pytest.mark.parametrize(("shards", "where"), [(16, "executors"), (2, "driver")])
+def test_a_stream_restarted_with_a_new_shard_count_reshards(
+    shards: int,
+    where: str,
+    spark: Any,
+    broker: Any,
+    make_topic: Any,
+    sqlite_catalog: Any,
+    tmp_path: Any,
+) -> None:
+    """``calving.index.shards`` changed between two runs of a stream: the restarted
+    stream splits (8 -> 16, in Spark tasks with ``executor-rebuild-rows`` 0) or merges
+    (8 -> 2, in the driver for this small table) the shards' files, rebuilds nothing,
+    and the table reads back exactly in the three readers."""
+    topic = make_topic(partitions=2)
+    stream = cdc_events(keys=300, events=3000, partitions=2)
+    half = len(stream.records) // 2
+    produce(broker.bootstrap_servers, topic, stream.records[:half])
+    name = f"reshard_{where}"
+    table = create_table(sqlite_catalog, ("db", name), SCHEMA, properties=SHARDED)
+    checkpoint = str(tmp_path / "ckpt")
+    first = _sink(table)
+    drain(spark, broker.bootstrap_servers, topic, first, checkpoint, max_offsets_per_trigger=500)
+    first.close()
+    changed = {"calving.index.shards": str(shards)}
+    if where == "executors":
+        changed["calving.index.executor-rebuild-rows"] = "0"
+    table.refresh()
+    table.commit_or_raise(UpdateProperties(changed))
+    produce(broker.bootstrap_servers, topic, stream.records[half:])
+    restarted = _sink(table)
+    drain(
+        spark, broker.bootstrap_servers, topic, restarted, checkpoint, max_offsets_per_trigger=500
+    )
+    restarted.close()
+    _check(table, stream.expected)
+    sharded = restarted.coordinator.sharded
+    assert sharded is not None and isinstance(sharded.reshard, SparkReshard)
+    assert (sharded.reshards, sharded.rebuilds) == (1, 0)
+    on_executors = where == "executors"
+    assert (sharded.reshard.in_driver, sharded.reshard.on_executors) == (
+        (0, 1) if on_executors else (1, 0)
+    )
+    manifest = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
+    assert manifest.shard_count == shards and manifest.entries == len(stream.expected)
 
 
 def test_small_batches_on_small_shards_step_in_the_driver(

@@ -234,20 +234,32 @@ class SparkReshard:
             self.in_driver += 1
             return reshard_here(io, metadata, manifest, shard_count)
         self.on_executors += 1
-        groups = reshard_groups(manifest.shard_count, shard_count)
-        job = ReshardJob(metadata.location, manifest, shard_count, dict(self.io_properties))
-        sc = self.spark.sparkContext
-        described = sc.getLocalProperty("spark.job.description")
-        sc.setJobDescription(
-            f"calving index reshard: {manifest.shard_count} -> {shard_count} shards"
+        return reshard_on_executors(
+            self.spark, self.io_properties, metadata.location, manifest, shard_count
         )
-        try:
-            written: list[ShardFile] = run_tasks(self.spark, partial(split_groups, job), groups)
-        except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
-            raise job_failed(err, "index reshard") from None
-        finally:
-            sc.setLocalProperty("spark.job.description", described)
-        return written
+
+
+def reshard_on_executors(
+    spark: Any,
+    io_properties: Mapping[str, str],
+    table_location: str,
+    manifest: ShardManifest,
+    shard_count: int,
+) -> list[ShardFile]:
+    """``manifest``'s shards split or merged into ``shard_count`` by Spark tasks, one
+    a group (at most one task a core runs them); the new shards, in shard order."""
+    groups = reshard_groups(manifest.shard_count, shard_count)
+    job = ReshardJob(table_location, manifest, shard_count, dict(io_properties))
+    sc = spark.sparkContext
+    described = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(f"calving index reshard: {manifest.shard_count} -> {shard_count} shards")
+    try:
+        written: list[ShardFile] = run_tasks(spark, partial(split_groups, job), groups)
+    except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
+        raise job_failed(err, "index reshard") from None
+    finally:
+        sc.setLocalProperty("spark.job.description", described)
+    return sorted(written, key=lambda f: f.shard)
 
 
 def rebuild_in_driver(metadata: TableMetadata, snapshot_id: int | None) -> int | None:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from calving.commit.index.keys import DEFAULT_HASHER
+from calving.commit.index.reshard import reshard_here, resharded
 from calving.commit.index.shards import (
     SHARDS_DIRECTORY,
     load_sharded,
@@ -34,6 +35,7 @@ from calving.ingest.sink.index_rebuild import (
     executor_rebuilds,
     rebuild_sharded,
 )
+from calving.ingest.sink.shard_stage import reshard_on_executors
 from tests.commit.index.test_shards import entries, sharded_table
 from tests.ingest.sink.test_index_corruption import Writer
 from tests.support.cdc import COLUMNS, SCHEMA, cdc_events
@@ -154,6 +156,34 @@ def test_a_failing_task_fails_the_rebuild_in_one_line(spark: Any, sqlite_catalog
     os.remove(local_path(min(live.data)))
     with pytest.raises(IndexRebuildError, match=r"^index rebuild job failed: ") as err:
         rebuild_sharded(spark, table.io, table.metadata, 4, table.io.properties)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["int", "string"])
+def test_spark_reshards_equal_the_drivers_and_fail_in_one_line(
+    spark: Any, sqlite_catalog: Any, key: str
+) -> None:
+    """``reshard_on_executors`` (one task a group) writes the shards ``reshard_here``
+    writes in the driver, for a split (4 -> 8) and a merge (4 -> 2), and keeps each in
+    its worker's cache; a corrupt old shard fails the job in one line."""
+    table = sharded_table(sqlite_catalog, key)
+    io = table.io
+    _, manifest = rebuild_sharded(spark, io, table.metadata, 4, io.properties)
+    for count in (8, 2):
+        on_executors = resharded(
+            manifest,
+            count,
+            reshard_on_executors(spark, io.properties, table.metadata.location, manifest, count),
+        )
+        in_driver = resharded(manifest, count, reshard_here(io, table.metadata, manifest, count))
+        assert [s.entries for s in on_executors.shards] == [s.entries for s in in_driver.shards]
+        assert shard_contents(io, on_executors) == shard_contents(io, in_driver)
+    path = local_path(manifest.shards[3].location)
+    data = bytearray(open(path, "rb").read())
+    data[40] ^= 0x01
+    open(path, "wb").write(bytes(data))
+    with pytest.raises(IndexRebuildError, match=r"^index reshard job failed: ") as err:
+        reshard_on_executors(spark, io.properties, table.metadata.location, manifest, 8)
     assert "\n" not in str(err.value)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -164,8 +165,8 @@ def test_spark_reshards_equal_the_drivers_and_fail_in_one_line(
     spark: Any, sqlite_catalog: Any, key: str
 ) -> None:
     """``reshard_on_executors`` (one task a group) writes the shards ``reshard_here``
-    writes in the driver, for a split (4 -> 8) and a merge (4 -> 2), and keeps each in
-    its worker's cache; a corrupt old shard fails the job in one line."""
+    writes in the driver, for a split (4 -> 8) and a merge (4 -> 2); a corrupt old
+    shard fails the job in one line."""
     table = sharded_table(sqlite_catalog, key)
     io = table.io
     _, manifest = rebuild_sharded(spark, io, table.metadata, 4, io.properties)
@@ -178,10 +179,10 @@ def test_spark_reshards_equal_the_drivers_and_fail_in_one_line(
         in_driver = resharded(manifest, count, reshard_here(io, table.metadata, manifest, count))
         assert [s.entries for s in on_executors.shards] == [s.entries for s in in_driver.shards]
         assert shard_contents(io, on_executors) == shard_contents(io, in_driver)
-    path = local_path(manifest.shards[3].location)
-    data = bytearray(open(path, "rb").read())
+    path = Path(local_path(manifest.shards[3].location))
+    data = bytearray(path.read_bytes())
     data[40] ^= 0x01
-    open(path, "wb").write(bytes(data))
+    path.write_bytes(bytes(data))
     with pytest.raises(IndexRebuildError, match=r"^index reshard job failed: ") as err:
         reshard_on_executors(spark, io.properties, table.metadata.location, manifest, 8)
     assert "\n" not in str(err.value)

@@ -11,7 +11,9 @@ rebuilt three ways, each measured in the same run:
   each, on 127.0.0.1), the driver in client mode, in a child process per set-up. Each
   child warms its Python workers and its executors' shuffle with two small jobs, then
   times ``--repeat`` rebuilds (median; 2 quick, 3 full), and once merges the shards
-  into a driver index (``load_sharded``).
+  into a driver index (``load_sharded``). It then times a new shard count made from
+  the shards (``shard_stage.reshard_on_executors``: split into twice as many, merged
+  into half as many) against a rebuild from the data files at twice as many.
 
 CPU-seconds cover this process's tree (driver Python, its JVM and Python workers) and
 the cluster's daemons with everything under them (executors, their Python workers),
@@ -166,15 +168,52 @@ def child(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     merged = load_sharded(table.io, location, table.metadata)
     merge_s = time.perf_counter() - t0
+    merged_entries = len(merged)
+    del merged  # the reshards below run without the merged index in memory
     out = {
         "seconds": seconds,
         "cpu": cpu,
         "entries": manifest.entries,
-        "merged": len(merged),
+        "merged": merged_entries,
         "merge_s": merge_s,
+        "reshard": reshard_side(spark, table, manifest, roots, args.repeat),
     }
     spark.stop()
     print(json.dumps(out))
+
+
+def reshard_side(
+    spark: Any, table: Table, manifest: Any, roots: list[int], repeat: int
+) -> dict[str, Any]:
+    """The rebuilt shards split into twice as many and merged into half as many
+    (``reshard_on_executors``: no data file read), against a rebuild at twice as many
+    (what a new shard count cost before): seconds and CPU-seconds of each."""
+    from calving.ingest.sink.index_rebuild import rebuild_sharded
+    from calving.ingest.sink.shard_stage import reshard_on_executors
+
+    count = manifest.shard_count
+    out: dict[str, Any] = {}
+    runs = {
+        f"split {count} -> {2 * count}": lambda: reshard_on_executors(
+            spark, table.io.properties, table.metadata.location, manifest, 2 * count
+        ),
+        f"merge {count} -> {count // 2}": lambda: reshard_on_executors(
+            spark, table.io.properties, table.metadata.location, manifest, count // 2
+        ),
+        f"rebuild at {2 * count}": lambda: rebuild_sharded(
+            spark, table.io, table.metadata, 2 * count, table.io.properties
+        ),
+    }
+    for name, run in runs.items():
+        seconds, cpu = [], []
+        for _ in range(repeat):
+            before, t0 = tree_cpu(roots), time.perf_counter()
+            run()
+            seconds.append(time.perf_counter() - t0)
+            cpu.append(cpu_between(before, tree_cpu(roots)))
+        out[name] = {"seconds": seconds, "cpu": cpu}
+        log(f"{name}: {[round(x, 2) for x in seconds]} s, CPU {[round(x, 1) for x in cpu]}")
+    return out
 
 
 def _warm(task: int, item: int) -> list[int]:
@@ -246,6 +285,7 @@ def to_figures(results: dict[str, Any]) -> list[Figure]:
     )
     x1, x2 = med["cluster x1"], med["cluster x2"]
     return [
+        *_reshard_figures(results, label),
         Figure(
             "index_rebuild",
             f"rebuild {label}, 2 workers (sharded), s",
@@ -274,6 +314,32 @@ def to_figures(results: dict[str, Any]) -> list[Figure]:
             cpu["driver"],
         ),
     ]
+
+
+def _reshard_figures(results: dict[str, Any], label: str) -> list[Figure]:
+    """A new shard count on 2 workers, from the shards against a rebuild, per side."""
+    out = []
+    for side in ("cluster x1", "cluster x2"):
+        runs = results[side].get("reshard", {})
+        rebuild = next((v for k, v in runs.items() if k.startswith("rebuild")), None)
+        if rebuild is None:
+            continue
+        peer = statistics.median(rebuild["seconds"])
+        peer_cpu = statistics.median(rebuild["cpu"])
+        for name, run in runs.items():
+            if name.startswith("rebuild"):
+                continue
+            out.append(
+                Figure(
+                    "index_rebuild",
+                    f"{name} shards of {label}, {side[len('cluster ') :]}, s",
+                    statistics.median(run["seconds"]),
+                    "rebuild from the data files",
+                    peer,
+                    note=f"CPU-s {statistics.median(run['cpu']):.1f} vs {peer_cpu:.1f}",
+                )
+            )
+    return out
 
 
 def figures(quick: bool) -> list[Figure]:

@@ -238,3 +238,36 @@ def test_index_sharded_figures_from_recorded_sides():
     assert scaling.met is True  # 1.7x
     rss = by_name["driver peak RSS, 20M keys, sharded x2, MiB"]
     assert (rss.value, rss.peer_value) == (950.0, 1600.0)
+
+
+def test_index_rebuild_figures_hold_the_reshards_against_a_rebuild():
+    """The rebuild benchmark's figures from recorded sides (no Spark here): each side's
+    split and merge of the shards against its own rebuild at the new count."""
+    from tests.bench.index_rebuild import to_figures
+
+    def side(seconds, reshard):
+        return {"seconds": seconds, "cpu": [4.0], "entries": 10, "merge_s": 1.0, **reshard}
+
+    def runs(split, merge, rebuild):
+        return {
+            "reshard": {
+                "split 32 -> 64": {"seconds": split, "cpu": [2.0]},
+                "merge 32 -> 16": {"seconds": merge, "cpu": [3.0]},
+                "rebuild at 64": {"seconds": rebuild, "cpu": [8.0]},
+            }
+        }
+
+    results = {
+        "driver": {"seconds": [10.0], "cpu": [9.0], "entries": 10},
+        "cluster x1": side([6.0], runs([2.0, 3.0], [2.5], [6.0, 7.0])),
+        "cluster x2": side([4.0], {}),
+        "keys": 10_000_000,
+        "shards": 32,
+    }
+    by_name = {f.figure: f for f in to_figures(results)}
+    split = by_name["split 32 -> 64 shards of 10M keys, 32 shards, x1, s"]
+    assert (split.value, split.peer_value) == (2.5, 6.5)
+    assert split.note == "CPU-s 2.0 vs 8.0"
+    merge = by_name["merge 32 -> 16 shards of 10M keys, 32 shards, x1, s"]
+    assert (merge.value, merge.peer_value) == (2.5, 6.5)
+    assert not any("x2" in name and "shards of" in name for name in by_name)

@@ -604,6 +604,57 @@ def test_a_new_shard_count_splits_or_merges_the_shards_at_the_next_start(
     assert restarted is not None and (restarted.reshards, restarted.rebuilds) == (0, 0)
 
 
+def test_a_reshard_cut_short_is_done_again_and_its_files_are_orphans(
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process dies after the reshard wrote some new shards (a crash point in the
+    second group): nothing names them, the table still names the old manifest, the
+    next start reshards again, the stream goes on exact, and orphan removal finds the
+    cut-short files while keeping every named one."""
+    from calving.commit.index import reshard
+
+    table = create_table(sqlite_catalog, ("db", "reshard_cut"), EVENTS)
+    writer = Writer(table, shards=4)
+    rng = random.Random(15)
+    _random_batches(writer, rng, 4)
+    writer.coordinator.save_index()
+    named_before = table.metadata.properties[INDEX_LOCATION_PROPERTY]
+    table.commit_or_raise(UpdateProperties({"calving.index.shards": "8"}))
+    split = reshard.split_group
+    groups: list[int] = []
+
+    def dies_in_the_second(*args: Any, **kwargs: Any) -> Any:
+        groups.append(1)
+        if len(groups) == 2:
+            raise SystemExit("crash: reshard cut short")
+        return split(*args, **kwargs)
+
+    monkeypatch.setattr(reshard, "split_group", dies_in_the_second)
+    with pytest.raises(SystemExit):
+        writer.restart()
+        _random_batches(writer, rng, 1)
+    table.refresh()
+    assert table.metadata.properties[INDEX_LOCATION_PROPERTY] == named_before
+    monkeypatch.setattr(reshard, "split_group", split)
+    writer.restart()
+    _random_batches(writer, rng, 2)
+    writer.check()
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    assert (sharded.reshards, sharded.rebuilds, sharded.manifest.shard_count) == (1, 0, 8)
+    writer.coordinator.save_index()
+    table.refresh()
+    named = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
+    chained = {f for s in named.shards for f in (s.location, *s.deltas)}
+    report = find_orphans(
+        table.io, table.metadata, table.metadata_location, older_than_ms=int(time.time() * 1000) + 1
+    )
+    orphans = {f.location for f in report.orphans}
+    assert not orphans & chained
+    cut_short = {o for o in orphans if o.endswith(".calvidx") and "/calving-index/shards/" in o}
+    assert len(cut_short) >= 2  # the first group's two new shards, named by nothing
+
+
 def test_a_shard_that_cannot_be_split_is_rebuilt(sqlite_catalog: Any) -> None:
     table = create_table(sqlite_catalog, ("db", "reshard_corrupt"), EVENTS)
     writer = Writer(table, shards=4)

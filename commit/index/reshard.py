@@ -82,16 +82,26 @@ def split_group(
         to_global = np.array([file_ids[p] for p, _ in files] or [0], np.int64)
         keys_parts.append(keys)
         file_parts.append(to_global[local.astype(np.int64)])
-        position_parts.append(np.asarray(positions, np.int64))
+        position_parts.append(np.asarray(positions, np.uint32))
         held += chain.entries
     keys = concat_keys(keys_parts, codec.int_mode)
     file_index = np.concatenate(file_parts or [np.empty(0, np.int64)])
-    positions = np.concatenate(position_parts or [np.empty(0, np.int64)])
-    where = shard_of(DEFAULT_HASHER.hash(keys), shard_count)
+    positions = np.concatenate(position_parts or [np.empty(0, np.uint32)])
+    hashes = DEFAULT_HASHER.hash(keys)
+    # Each source is in hash order: a merge's runs are put together by a stable sort
+    # (linear on sorted runs), and a split's shards are subsequences, already in order.
+    if len(group.sources) > 1:
+        order = np.argsort(hashes, kind="stable")
+        keys, file_index, positions, hashes = (
+            keys.take(order),
+            file_index[order],
+            positions[order],
+            hashes[order],
+        )
+    where = shard_of(hashes, shard_count) if len(group.targets) > 1 else None
     written = []
     with synced_together():
         for t in group.targets:
-            rows = np.flatnonzero(where == t)
             header = ShardHeader(
                 manifest.table_uuid,
                 manifest.snapshot_id,
@@ -100,12 +110,14 @@ def split_group(
                 t,
                 shard_count,
             )
-            part: tuple[Keys, np.ndarray, np.ndarray] = (
-                keys.take(rows),
-                file_index[rows],
-                positions[rows],
-            )
-            new = write_shard(io, table_location, header, *part, manifest.files)
+            if where is None:
+                part = (keys, file_index, positions)
+                part_hashes = hashes
+            else:
+                rows = np.flatnonzero(where == t)
+                part = (keys.take(rows), file_index[rows], positions[rows])
+                part_hashes = hashes[rows]
+            new = write_shard(io, table_location, header, *part, manifest.files, hashes=part_hashes)
             if keep is not None:
                 keep(new, _index_of(manifest, part))
             written.append(new)

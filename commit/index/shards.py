@@ -253,29 +253,28 @@ def write_shard(
     files: Sequence[tuple[str, int]],
     *,
     hasher: KeyHasher = DEFAULT_HASHER,
+    hashes: np.ndarray | None = None,
 ) -> ShardFile:
-    """Write one shard's entries (``file_index`` into ``files``) in hash order; files
-    without entries are left out of the shard's file table."""
-    hashes = hasher.hash(keys)
+    """Write one shard's entries (``file_index`` into ``files``) in hash order (entries
+    given in that order are not sorted again); files without entries are left out of
+    the shard's file table. ``hashes``: the keys' hashes, when the caller has them."""
+    if hashes is None:
+        hashes = hasher.hash(keys)
     wrong = shard_of(hashes, header.shard_count) != header.shard
     if bool(np.any(wrong)):
         raise ValueError(f"{int(wrong.sum())} entries do not belong in shard {header.shard}")
-    order = np.argsort(hashes)  # the order among equal hashes does not matter
-    file_index = np.asarray(file_index, np.int64)[order]
+    file_index = np.asarray(file_index, np.int64)
+    positions = np.asarray(positions, np.uint32)
+    if len(hashes) > 1 and not bool(np.all(hashes[1:] >= hashes[:-1])):
+        order = np.argsort(hashes)  # the order among equal hashes does not matter
+        keys, file_index, positions = keys.take(order), file_index[order], positions[order]
     present = np.zeros(len(files), bool)
     present[file_index] = True
     used = np.flatnonzero(present)
     local = (np.cumsum(present) - 1)[file_index]
     md = shard_metadata(header, [files[int(i)] for i in used])
     location = shard_file_location(table_location, header.snapshot_id, header.shard)
-    write_entries(
-        io,
-        location,
-        md,
-        keys.take(order),
-        local.astype(np.uint32),
-        np.asarray(positions, np.uint32)[order],
-    )
+    write_entries(io, location, md, keys, local.astype(np.uint32), positions)
     return ShardFile(header.shard, location, len(keys), header.snapshot_id)
 
 

@@ -69,11 +69,31 @@ def split_group(
     manifest's file table, made durable together before they are returned.
     ``UnreadableIndexError`` names an old shard that does not load (the caller
     rebuilds instead); ``IndexUpdateError`` if the entries do not add up."""
+    entries, held = _read_sources(io, manifest, group.sources)
+    written = _write_targets(io, manifest, table_location, shard_count, group, entries, keep)
+    if sum(f.entries for f in written) != held:
+        raise IndexUpdateError(
+            f"shards {list(group.sources)} held {held} entries, "
+            f"{sum(f.entries for f in written)} were written"
+        )
+    return written
+
+
+#: Entries of an index in the manifest's file table: keys, file indexes, positions
+#: (uint32) and the keys' hashes, in hash order.
+_Entries = tuple[Keys, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _read_sources(
+    io: FileIO, manifest: ShardManifest, sources: Sequence[int]
+) -> tuple[_Entries, int]:
+    """The entries of old shards ``sources``, in hash order, and the entries their
+    chains say they hold."""
     file_ids = {path: i for i, (path, _) in enumerate(manifest.files)}
     codec = KeyCodec(manifest.key_types, manifest.key_field_ids)
     keys_parts, file_parts, position_parts = [], [], []
     held = 0
-    for s in group.sources:
+    for s in sources:
         chain = manifest.shards[s]
         keys, local, positions, files = load_chain(io, manifest, chain).export_entries()
         missing = [p for p, _ in files if p not in file_ids]
@@ -88,16 +108,24 @@ def split_group(
     file_index = np.concatenate(file_parts or [np.empty(0, np.int64)])
     positions = np.concatenate(position_parts or [np.empty(0, np.uint32)])
     hashes = DEFAULT_HASHER.hash(keys)
-    # Each source is in hash order: a merge's runs are put together by a stable sort
-    # (linear on sorted runs), and a split's shards are subsequences, already in order.
-    if len(group.sources) > 1:
+    if len(sources) > 1:  # sorted runs, put together by a stable sort (linear on runs)
         order = np.argsort(hashes, kind="stable")
-        keys, file_index, positions, hashes = (
-            keys.take(order),
-            file_index[order],
-            positions[order],
-            hashes[order],
-        )
+        return (keys.take(order), file_index[order], positions[order], hashes[order]), held
+    return (keys, file_index, positions, hashes), held
+
+
+def _write_targets(
+    io: FileIO,
+    manifest: ShardManifest,
+    table_location: str,
+    shard_count: int,
+    group: ReshardGroup,
+    entries: _Entries,
+    keep: Keep | None,
+) -> list[ShardFile]:
+    """New shards ``group.targets`` from ``entries`` (a split's shards are
+    subsequences, so they stay in hash order), fsynced together."""
+    keys, file_index, positions, hashes = entries
     where = shard_of(hashes, shard_count) if len(group.targets) > 1 else None
     written = []
     with synced_together():
@@ -110,22 +138,14 @@ def split_group(
                 t,
                 shard_count,
             )
-            if where is None:
-                part = (keys, file_index, positions)
-                part_hashes = hashes
-            else:
-                rows = np.flatnonzero(where == t)
-                part = (keys.take(rows), file_index[rows], positions[rows])
-                part_hashes = hashes[rows]
-            new = write_shard(io, table_location, header, *part, manifest.files, hashes=part_hashes)
+            rows = slice(None) if where is None else np.flatnonzero(where == t)
+            part = (keys if where is None else keys.take(rows), file_index[rows], positions[rows])
+            new = write_shard(
+                io, table_location, header, *part, manifest.files, hashes=hashes[rows]
+            )
             if keep is not None:
                 keep(new, _index_of(manifest, part))
             written.append(new)
-    if sum(f.entries for f in written) != held:
-        raise IndexUpdateError(
-            f"shards {list(group.sources)} held {held} entries, "
-            f"{sum(f.entries for f in written)} were written"
-        )
     return written
 
 

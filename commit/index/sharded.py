@@ -42,7 +42,6 @@ from calving.commit.errors import CalvingError, FileNotFoundInTableError
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import KeyCodec
 from calving.commit.index.matches import Matches
-from calving.commit.index.pk_index import IndexUpdateError
 from calving.commit.index.reshard import Reshard, reshard_here, resharded
 from calving.commit.index.shard_batch import BatchKeys, merge_results
 from calving.commit.index.shard_chain import ShardDiff
@@ -156,21 +155,17 @@ class ShardedIndex:
             try:
                 manifest = read_manifest(self.io, named)
                 self._check(manifest, metadata, named)
-                wanted = TableProperties(metadata.properties).index_shards
-                if not wanted or wanted == manifest.shard_count:
-                    return self._hold(manifest, named)
-                try:
-                    return self.reshard_to(metadata, manifest, wanted)
-                except CalvingError as err:  # a shard, or the executors' job, failed
-                    log.warning("index shards not resharded, rebuilding them: %s", err)
-                    return self.rebuild_all(metadata)
-            except (
-                UnreadableIndexError,
-                FileNotFoundInTableError,
-                IndexMismatchError,
-                IndexUpdateError,
-            ) as err:
+            except (UnreadableIndexError, FileNotFoundInTableError, IndexMismatchError) as err:
                 log.warning("index shards not used, rebuilding them: %s", err)
+                return self.rebuild_all(metadata)
+            wanted = TableProperties(metadata.properties).index_shards
+            if not wanted or wanted == manifest.shard_count:
+                return self._hold(manifest, named)
+            try:
+                return self.reshard_to(metadata, manifest, wanted)
+            except CalvingError as err:  # a shard did not load, or the executors' job failed
+                log.warning("index shards not resharded, rebuilding them: %s", err)
+                return self.rebuild_all(metadata)
         elif named and metadata.current_snapshot_id is not None:
             # Driver mode before: its index (caught up, or rebuilt) split into shards.
             index = open_index(self.io, metadata)

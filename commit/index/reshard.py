@@ -138,11 +138,13 @@ def _write_targets(
                 t,
                 shard_count,
             )
-            rows = slice(None) if where is None else np.flatnonzero(where == t)
-            part = (keys if where is None else keys.take(rows), file_index[rows], positions[rows])
-            new = write_shard(
-                io, table_location, header, *part, manifest.files, hashes=hashes[rows]
-            )
+            if where is None:  # a merge: the whole group is the one target
+                part, part_hashes = (keys, file_index, positions), hashes
+            else:
+                rows = np.flatnonzero(where == t)
+                part = (keys.take(rows), file_index[rows], positions[rows])
+                part_hashes = hashes[rows]
+            new = write_shard(io, table_location, header, *part, manifest.files, hashes=part_hashes)
             if keep is not None:
                 keep(new, _index_of(manifest, part))
             written.append(new)

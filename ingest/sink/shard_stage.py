@@ -206,14 +206,18 @@ class ReshardJob:
     cache_bytes: int = DEFAULT_CACHE_BYTES
 
 
-def split_groups(job: ReshardJob, task: int, group: ReshardGroup) -> list[ShardFile]:
-    """One reshard group (executor): its new shards written and kept cached."""
+def split_groups(job: ReshardJob, task: int, groups: Sequence[ReshardGroup]) -> list[ShardFile]:
+    """A task's reshard groups (executor): their new shards written and kept cached."""
     io = FileIO(dict(job.io_properties))
 
     def keep(written: ShardFile, index: PrimaryKeyIndex) -> None:
         CACHE.put(written, index, job.cache_bytes)
 
-    return split_group(io, job.manifest, job.table_location, job.shard_count, group, keep)
+    return [
+        f
+        for group in groups
+        for f in split_group(io, job.manifest, job.table_location, job.shard_count, group, keep)
+    ]
 
 
 @dataclass
@@ -246,20 +250,34 @@ def reshard_on_executors(
     manifest: ShardManifest,
     shard_count: int,
 ) -> list[ShardFile]:
-    """``manifest``'s shards split or merged into ``shard_count`` by Spark tasks, one
-    a group (at most one task a core runs them); the new shards, in shard order."""
+    """``manifest``'s shards split or merged into ``shard_count`` by Spark tasks (at
+    most one a core); the new shards, in shard order. On two executors or more a
+    group runs on the owner of its first new shard (``spark_tasks.pinned_groups``, as
+    the rebuild's shards are written), where that shard is left cached for its steps."""
     groups = reshard_groups(manifest.shard_count, shard_count)
     job = ReshardJob(table_location, manifest, shard_count, dict(io_properties))
+    places = executors(spark)
+    where: list[str] | None = None
+    if len(places) > 1:
+        cores = max(1, int(spark.sparkContext.defaultParallelism))
+        owned, where = pinned_groups(groups, _first_target, places, cores)
+        items = [g for _, g in owned]
+    else:
+        items = [[g] for g in groups]
     sc = spark.sparkContext
     described = sc.getLocalProperty("spark.job.description")
     sc.setJobDescription(f"calving index reshard: {manifest.shard_count} -> {shard_count} shards")
     try:
-        written: list[ShardFile] = run_tasks(spark, partial(split_groups, job), groups)
+        written: list[ShardFile] = run_tasks(spark, partial(split_groups, job), items, where)
     except Exception as err:  # noqa: BLE001 -- py4j wraps every Spark job failure
         raise job_failed(err, "index reshard") from None
     finally:
         sc.setLocalProperty("spark.job.description", described)
     return sorted(written, key=lambda f: f.shard)
+
+
+def _first_target(group: ReshardGroup) -> int:
+    return group.targets[0]
 
 
 def rebuild_in_driver(metadata: TableMetadata, snapshot_id: int | None) -> int | None:

@@ -28,7 +28,7 @@ from calving.commit.table.actions.update_properties import UpdateProperties
 from calving.commit.table.table import create_table
 from calving.ingest.decode import DebeziumDecoder
 from calving.ingest.kafka.producer import produce
-from calving.ingest.sink import index_rebuild
+from calving.ingest.sink import index_rebuild, shard_stage
 from calving.ingest.sink.foreach_batch import CalvingSink
 from calving.ingest.sink.index_rebuild import (
     ExecutorRebuild,
@@ -160,13 +160,21 @@ def test_a_failing_task_fails_the_rebuild_in_one_line(spark: Any, sqlite_catalog
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("key", ["int", "string"])
+@pytest.mark.parametrize(("key", "pinned"), [("int", False), ("string", False), ("int", True)])
 def test_spark_reshards_equal_the_drivers_and_fail_in_one_line(
-    spark: Any, sqlite_catalog: Any, key: str
+    spark: Any, sqlite_catalog: Any, key: str, pinned: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``reshard_on_executors`` (one task a group) writes the shards ``reshard_here``
-    writes in the driver, for a split (4 -> 8) and a merge (4 -> 2); a corrupt old
-    shard fails the job in one line."""
+    """``reshard_on_executors`` writes the shards ``reshard_here`` writes in the driver,
+    for a split (4 -> 8) and a merge (4 -> 2); ``pinned``: each group's task goes to the
+    owner of its first new shard (three executors that local mode does not have: the
+    tasks run on its one); a corrupt old shard fails the job in one line."""
+    owners = [f"executor_127.0.0.1_{i}" for i in range(3)] if pinned else []
+    monkeypatch.setattr(shard_stage, "executors", lambda spark: owners)
+    places: list[Any] = []
+    run_tasks = shard_stage.run_tasks
+    monkeypatch.setattr(
+        shard_stage, "run_tasks", lambda *a: (places.append((a[2], a[3])), run_tasks(*a))[1]
+    )
     table = sharded_table(sqlite_catalog, key)
     io = table.io
     _, manifest = rebuild_sharded(spark, io, table.metadata, 4, io.properties)
@@ -179,6 +187,11 @@ def test_spark_reshards_equal_the_drivers_and_fail_in_one_line(
         in_driver = resharded(manifest, count, reshard_here(io, table.metadata, manifest, count))
         assert [s.entries for s in on_executors.shards] == [s.entries for s in in_driver.shards]
         assert shard_contents(io, on_executors) == shard_contents(io, in_driver)
+        items, where = places[-1]
+        assert (where is not None) == pinned
+        if where is not None:  # every group on the owner of its first new shard
+            for groups, place in zip(items, where):
+                assert {owners[g.targets[0] % 3] for g in groups} == {place}
     path = Path(local_path(manifest.shards[3].location))
     data = bytearray(path.read_bytes())
     data[40] ^= 0x01

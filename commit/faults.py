@@ -9,7 +9,9 @@ of them prefixed ``once-`` (only the first time the point is reached in this pro
 
 ``POINTS`` are the crash points of the commit protocol; ``START_POINTS`` are hit while a
 pipeline starts (``catalog-read-at-start``: before each catalog read of a many-table
-start, the writer registry and the tables holding the ledger).
+start, the writer registry and the tables holding the ledger; ``after-reshard``: a
+sharded index's shards split or merged into a new count and their manifest written,
+named by no commit yet).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ POINTS = (
     "after-swap",
     "after-swap-before-checkpoint",
 )
-START_POINTS = ("catalog-read-at-start",)
+START_POINTS = ("catalog-read-at-start", "after-reshard")
 
 
 class InjectedFault(CalvingError):

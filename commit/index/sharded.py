@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 import pyarrow as pa
 from pyroaring import BitMap64
 
+from calving.commit import faults
 from calving.commit.errors import CalvingError, FileNotFoundInTableError
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import KeyCodec
@@ -193,7 +194,9 @@ class ShardedIndex:
             time.perf_counter() - started,
             new.entries,
         )
-        return self._hold(new, write_manifest(self.io, new, metadata.location))
+        location = write_manifest(self.io, new, metadata.location)
+        faults.hit("after-reshard")
+        return self._hold(new, location)
 
     def rebuild_all(self, metadata: TableMetadata) -> ShardManifest:
         """Every shard rebuilt from the current snapshot's data files."""

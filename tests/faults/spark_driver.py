@@ -61,6 +61,7 @@ class DriverConfig:
     available_now: bool = False
     trigger_ms: int = 500
     faults: str = ""  # "point=action[,point=action]", armed after ``arm_after`` commits
+    # (0: before the query starts)
     arm_after: int = 1
     from_ledger: bool = True
     source_options: dict[str, str] = field(default_factory=dict)
@@ -273,6 +274,8 @@ def run(cfg: DriverConfig) -> int:
         reader = reader.option(key, value)
     df = reader.load()
     _log_phase("source loaded")
+    if cfg.faults and cfg.arm_after == 0:  # a point the start reaches (a reshard)
+        _arm(cfg.faults)
     writer = df.writeStream.foreachBatch(sink)
     writer = writer.option("checkpointLocation", cfg.checkpoint)
     if cfg.available_now:

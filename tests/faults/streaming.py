@@ -353,6 +353,31 @@ class StreamHarness:
         finally:
             catalog.close()
 
+    def set_properties(self, updates: Mapping[str, str]) -> None:
+        """Commit table property ``updates``, as a user between two runs would."""
+        from calving.commit.table.actions.update_properties import UpdateProperties
+
+        catalog, table = self.table()
+        try:
+            table.commit_or_raise(UpdateProperties(dict(updates)))
+        finally:
+            catalog.close()
+
+    def shard_count(self) -> int | None:
+        """The shard count of the manifest the table names (None: no manifest)."""
+        from calving.commit.index.shards import read_manifest
+
+        catalog, table = self.table()
+        try:
+            named = table.metadata.properties.get("calving.index.location", "")
+            return (
+                read_manifest(table.io, named).shard_count
+                if named.endswith(".calvshards")
+                else None
+            )
+        finally:
+            catalog.close()
+
     def snapshot_ids(self) -> list[int]:
         catalog, table = self.table()
         try:
@@ -517,6 +542,67 @@ def crash_scenario(points: tuple[str, ...], size: Size) -> Callable[[StreamHarne
             current = restart
         h.expect_drained(current)
         h.check(cdc.expected, ends)
+
+    return body
+
+
+def reshard_crash_scenario(size: Size) -> Callable[[StreamHarness], None]:
+    """Sharded mode: a stream drains half its records on 4 shards; the table's
+    ``calving.index.shards`` becomes 8; the next driver dies once it has split the
+    shards and written their manifest, before any commit names them
+    (``after-reshard``); a warm standby splits them again and drains. Nothing may be
+    lost or duplicated, and the manifest the table names ends with 8 shards."""
+
+    def body(h: StreamHarness) -> None:
+        topic = h.topic(size.partitions)
+        cdc = size.stream()
+        split = len(cdc.records) // 2
+        first_ends = h.produce(topic, cdc.records[:split])
+        ckpt = h.dir / "checkpoint"
+        per_batch = _max_offsets(len(cdc.records), 4)
+        first = h.driver("A", topic, ckpt, max_offsets=per_batch, available_now=True)
+        h.started(first)
+        if not h.expect_drained(first):
+            return
+        before = h.shard_count()
+        h.set_properties({"calving.index.shards": "8"})
+        ends = _ends(topic, first_ends, h.produce(topic, cdc.records[split:]))
+        armed = h.driver(
+            "armed",
+            topic,
+            ckpt,
+            max_offsets=per_batch,
+            available_now=True,
+            faults="after-reshard=kill",
+            arm_after=0,
+        )
+        h.started(armed)
+        restart = h.driver(
+            "restart", topic, ckpt, max_offsets=per_batch, available_now=True, standby=True
+        )
+        code = armed.wait()
+        if code != -signal.SIGKILL:
+            h.violations.append(
+                Violation("harness", f"the armed driver exited {code}, not at after-reshard")
+            )
+        else:
+            h.crashed("after-reshard")
+        if armed.outcomes("committed"):
+            h.violations.append(Violation("reshard", "a batch committed before the reshard"))
+        if h.shard_count() != before:
+            h.violations.append(
+                Violation("reshard", f"the cut-short reshard is named: {h.shard_count()} shards")
+            )
+        if not restart.wait_ready():
+            h.violations.append(Violation("harness", f"standby never ready: {restart.tail()}"))
+            return
+        h.release(restart)
+        if not h.expect_drained(restart):
+            return
+        h.result.notes.append(f"{before} shards, 8 after the restart: {restart.summary()}")
+        h.check(cdc.expected, ends)
+        if h.shard_count() != 8:
+            h.violations.append(Violation("reshard", f"{h.shard_count()} shards, not 8"))
 
     return body
 
@@ -898,6 +984,15 @@ for _point in POINTS:
             needs=NEEDS,
         )
     )
+register(
+    Scenario(
+        "stream-crash/after-reshard/sharded",
+        "stream-crash",
+        _with_broker(reshard_crash_scenario(QUICK_SIZE), index_mode="sharded"),
+        quick=True,
+        needs=NEEDS,
+    )
+)
 register(
     Scenario(
         "resplit/sharded",

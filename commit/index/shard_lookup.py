@@ -205,6 +205,14 @@ class ShardCache:
             for key in [k for k, s in self._shards.items() if s % owners != owner]:
                 del self._entries[key], self._shards[key]
 
+    def forget(self, base: str) -> None:
+        """Drop every cached state of the chains on base file ``base`` (a shard a
+        reshard replaced: nothing will ask for it again)."""
+        with self._lock:
+            for key in [k for k in self._entries if k[0] == base]:
+                del self._entries[key]
+                self._shards.pop(key, None)
+
     @property
     def nbytes(self) -> int:
         with self._lock:

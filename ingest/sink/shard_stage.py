@@ -207,17 +207,19 @@ class ReshardJob:
 
 
 def split_groups(job: ReshardJob, task: int, groups: Sequence[ReshardGroup]) -> list[ShardFile]:
-    """A task's reshard groups (executor): their new shards written and kept cached."""
+    """A task's reshard groups (executor): their new shards written and kept cached
+    in place of the old shards (whose cached states this worker drops)."""
     io = FileIO(dict(job.io_properties))
 
     def keep(written: ShardFile, index: PrimaryKeyIndex) -> None:
         CACHE.put(written, index, job.cache_bytes)
 
-    return [
-        f
-        for group in groups
-        for f in split_group(io, job.manifest, job.table_location, job.shard_count, group, keep)
-    ]
+    out = []
+    for group in groups:
+        out += split_group(io, job.manifest, job.table_location, job.shard_count, group, keep)
+        for s in group.sources:
+            CACHE.forget(job.manifest.shards[s].location)
+    return out
 
 
 @dataclass

@@ -20,6 +20,9 @@ ROWS_PER_FILE = 50_000
 BATCH_ROWS = 25_000  # above shard_stage.SMALL_BATCH_ROWS: one task a core
 BATCHES = 5
 SHARDS = 4
+#: The count the table is resharded to after ``BATCHES`` batches, and the batches then.
+RESHARDED = 8
+BATCHES_AFTER = 2
 
 
 def _executor_process(task: int, item: int) -> list[tuple[int, int]]:
@@ -56,7 +59,11 @@ def main(url: str, root: Path) -> None:
     from calving.commit.table.actions.update_properties import UpdateProperties
     from calving.commit.table.ledger import OffsetRange
     from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
-    from calving.ingest.sink.shard_stage import SparkShardRebuild, SparkShardResolver
+    from calving.ingest.sink.shard_stage import (
+        SparkReshard,
+        SparkShardRebuild,
+        SparkShardResolver,
+    )
     from calving.ingest.sink.spark_tasks import run_tasks
     from tests.bench.index_rebuild import build_table, load
     from tests.bench.index_sharded import _batch
@@ -76,42 +83,63 @@ def main(url: str, root: Path) -> None:
     # The shards rebuilt by pinned Spark tasks (this small table's would be in the driver).
     table.commit_or_raise(UpdateProperties({"calving.index.executor-rebuild-rows": "0"}))
     initial = table.metadata_location
-    coordinator = Coordinator(table, "owners", index_save_every=1_000_000)
     props = dict(table.io.properties)
-    sharded = ShardedIndex(
-        table.io,
-        SparkShardResolver(spark),
-        SparkShardRebuild(spark, props),
-        shard_count=SHARDS,
-        io_properties=props,
-    )
-    coordinator.sharded = sharded
     steps: list[dict[str, int]] = []
-    resolve = sharded.resolve
+    upserted: list[list[int]] = []
 
-    def watched(*a: Any, **kw: Any) -> Any:
-        got = resolve(*a, **kw)
-        steps.append({"shards": len(got.results), "hits": got.cache_hits})
-        return got
+    def writer() -> tuple[Coordinator, ShardedIndex]:
+        """A (re)started writer: a coordinator with sharded mode's Spark parts."""
+        coordinator = Coordinator(table, "owners", index_save_every=1_000_000)
+        sharded = ShardedIndex(
+            table.io,
+            SparkShardResolver(spark),
+            SparkShardRebuild(spark, props),
+            shard_count=SHARDS,
+            io_properties=props,
+            reshard=SparkReshard(spark, props),
+        )
+        coordinator.sharded = sharded
+        resolve = sharded.resolve
 
-    sharded.resolve = watched  # type: ignore[method-assign]  # the test's probe
-    upserted = []
-    for i in range(BATCHES):
-        data_file, keys = _batch(table, BATCH_ROWS, i + 1)
-        parsed = ParsedMessages()
-        parsed.files.append((data_file, keys))
-        parsed.ranges[("owners", 0)] = OffsetRange(i * BATCH_ROWS, (i + 1) * BATCH_ROWS)
-        stats = coordinator.commit_batch(i, parsed)
-        if stats.outcome != "committed":
-            raise AssertionError(stats)
-        upserted.append(keys.column("id").to_pylist())
+        def watched(*a: Any, **kw: Any) -> Any:
+            got = resolve(*a, **kw)
+            steps.append({"shards": len(got.results), "hits": got.cache_hits})
+            return got
+
+        sharded.resolve = watched  # type: ignore[method-assign]  # the test's probe
+        return coordinator, sharded
+
+    def batches(coordinator: Coordinator, first: int, count: int) -> None:
+        for i in range(first, first + count):
+            data_file, keys = _batch(table, BATCH_ROWS, i + 1)
+            parsed = ParsedMessages()
+            parsed.files.append((data_file, keys))
+            parsed.ranges[("owners", 0)] = OffsetRange(i * BATCH_ROWS, (i + 1) * BATCH_ROWS)
+            stats = coordinator.commit_batch(i, parsed)
+            if stats.outcome != "committed":
+                raise AssertionError(stats)
+            upserted.append(keys.column("id").to_pylist())
+
+    coordinator, sharded = writer()
+    batches(coordinator, 0, BATCHES)
     cached = run_tasks(spark, _cached, [0, 1], places)
+    # A restart after calving.index.shards changed: the shards split on their owners.
+    table.commit_or_raise(UpdateProperties({"calving.index.shards": str(RESHARDED)}))
+    table.refresh()
+    restarted, resharded = writer()
+    batches(restarted, BATCHES, BATCHES_AFTER)
+    cached_after = run_tasks(spark, _cached, [0, 1], places)
     spark.stop()
     out = {
         "places": places,
         "pinned": pinned,
         "steps": steps,
         "cached": cached,
+        "cached_after": cached_after,
+        "reshards": [resharded.reshards, resharded.rebuilds],
+        "reshard_places": [resharded.reshard.in_driver, resharded.reshard.on_executors]
+        if isinstance(resharded.reshard, SparkReshard)
+        else [],
         "initial": initial,
         "final": table.refresh().metadata_location,
         "upserted": upserted,

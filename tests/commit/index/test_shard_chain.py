@@ -163,3 +163,9 @@ def test_the_cache_hands_a_chain_out_once_and_evicts_the_oldest(sqlite_catalog: 
     assert cache.take_prefix(replace(b, deltas=("d1x", "d2"))) is None  # another history
     assert cache.take_prefix(replace(b, deltas=("d1", "d2"))) == (shard_index, 1)
     assert len(cache) == 0
+    # A base replaced (a reshard): every cached state on it goes, others stay.
+    cache.put(replace(b, deltas=("d1",)), shard_index, 1 << 30)
+    cache.put(b, shard_index, 1 << 30)
+    cache.put(a, shard_index, 1 << 30)
+    cache.forget(b.location)
+    assert len(cache) == 1 and cache.shards() == [a.shard]

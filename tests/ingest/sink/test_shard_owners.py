@@ -18,7 +18,7 @@ import pytest
 from tests.bench.cost import _cluster_env
 from tests.deploy.cluster import StandaloneCluster
 from tests.support.oracles import pyiceberg_rows
-from tests.support.shard_owners import BATCHES, SHARDS
+from tests.support.shard_owners import BATCHES, BATCHES_AFTER, RESHARDED, SHARDS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -46,10 +46,19 @@ def test_shards_step_on_their_owners_and_stay_cached_there(tmp_path: Path) -> No
     # One rebuild (the first batch's, its shards written and cached on their owners);
     # every step is a hit, the first batch's too.
     assert out["rebuilds"] == 1
-    assert [s["shards"] for s in out["steps"]] == [SHARDS] * BATCHES
-    assert [s["hits"] for s in out["steps"]] == [SHARDS] * BATCHES
+    counts = [SHARDS] * BATCHES + [RESHARDED] * BATCHES_AFTER
+    assert [s["shards"] for s in out["steps"]] == counts
+    assert [s["hits"] for s in out["steps"]] == counts
     # Executor i caches shards s with s mod 2 == i, and no other.
     assert {owner: shards for owner, shards in out["cached"]} == {0: [0, 2], 1: [1, 3]}
+    # The restart with 8 shards split the 4 on the executors (no rebuild), each group
+    # on the owner of its new shards, which the first steps found cached there; the
+    # old shards are gone from the caches.
+    assert out["reshards"] == [1, 0] and out["reshard_places"] == [0, 1]
+    assert {owner: shards for owner, shards in out["cached_after"]} == {
+        0: [0, 2, 4, 6],
+        1: [1, 3, 5, 7],
+    }
 
     # The table: each key once; the initial live keys and every upserted one; the
     # last upsert of each key wins (a batch's amount is its seed, 1..BATCHES).

@@ -1,7 +1,9 @@
 """Sharded mode on a standalone cluster of two one-core workers: tasks pinned to
 executors stay there job after job; the rebuild writes each shard on its owner and
 the separate stage steps it there, so every step finds its shard cached and each
-executor's cache holds its own shards only; the table reads back exactly (pyiceberg).
+executor's cache holds its own shards only; a restart with twice the shards splits
+them on their owners, where the next steps find them; the table reads back exactly
+(pyiceberg).
 
 The cluster's driver runs in a child process (``tests.support.shard_owners``): this
 process already has a local Spark session."""

@@ -604,6 +604,24 @@ def test_a_new_shard_count_splits_or_merges_the_shards_at_the_next_start(
     assert restarted is not None and (restarted.reshards, restarted.rebuilds) == (0, 0)
 
 
+def test_an_index_whose_rows_were_all_deleted_reshards_to_empty_shards(
+    sqlite_catalog: Any,
+) -> None:
+    table = create_table(sqlite_catalog, ("db", "reshard_empty"), EVENTS)
+    writer = Writer(table, shards=4)
+    writer.batch({k: f"a-{k}" for k in range(10)})
+    writer.batch({}, list(range(10)))
+    writer.coordinator.save_index()
+    table.commit_or_raise(UpdateProperties({"calving.index.shards": "2"}))
+    writer.restart()
+    writer.batch({3: "back"})
+    writer.check()
+    sharded = writer.coordinator.sharded
+    assert sharded is not None and sharded.manifest is not None
+    assert (sharded.reshards, sharded.rebuilds, sharded.manifest.shard_count) == (1, 0, 2)
+    assert sharded.manifest.entries == 1
+
+
 def test_a_reshard_cut_short_is_done_again_and_its_files_are_orphans(
     sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from calving.ingest.sink import spark_tasks
 from calving.ingest.sink.spark_tasks import map_in_arrow, pinned_groups, run_tasks, slices
 
 pytestmark = pytest.mark.integration
@@ -58,6 +59,35 @@ def test_the_tasks_run_on_the_write_stages_python_workers_and_no_others(spark: A
     rdd = set(spark.sparkContext.parallelize([0, 1], 2).map(lambda _: os.getpid()).collect())
     assert not (others | rdd) & (written | ours)
     assert "CALVING_PYTHON_WORKERS" not in spark.sparkContext.environment
+
+
+@pytest.mark.parametrize("inline_bytes", [1 << 30, 0], ids=["in-the-relation", "broadcast"])
+def test_pinned_items_come_back_in_order_inline_or_by_broadcast(
+    spark: Any, inline_bytes: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pinned items (places that local mode does not have: they run on its one
+    executor) ride in the JVM relation, or past ``PINNED_INLINE_BYTES`` by a broadcast
+    that the job destroys at its end, and come back in order either way; a failing
+    item fails the job and destroys the broadcast too."""
+    monkeypatch.setattr(spark_tasks, "PINNED_INLINE_BYTES", inline_bytes)
+    made: list[Any] = []
+    broadcast = spark.sparkContext.broadcast
+
+    def counted(value: Any) -> Any:
+        made.append(broadcast(value))
+        return made[-1]
+
+    monkeypatch.setattr(spark.sparkContext, "broadcast", counted)
+    items = [(f"item-{i}", "x" * 1000 * i) for i in range(3)]
+    places = [f"executor_127.0.0.1_{i}" for i in range(3)]
+    out = run_tasks(spark, _pid_and_item, items, places)
+    assert [(t, name, v) for t, name, v, _ in out] == [(i, n, v) for i, (n, v) in enumerate(items)]
+    with pytest.raises(Exception, match="item 2 is bad"):
+        run_tasks(spark, _fail, [1, 2, 3], places)
+    assert len(made) == (0 if inline_bytes else 2)
+    for shared in made:  # destroyed: its value is gone from the driver
+        with pytest.raises(Exception):
+            shared.value  # noqa: B018
 
 
 def test_a_failing_item_fails_the_job(spark: Any) -> None:

@@ -2,7 +2,8 @@
 executors stay there job after job; the rebuild writes each shard on its owner and
 the separate stage steps it there, so every step finds its shard cached and each
 executor's cache holds its own shards only; a restart with twice the shards splits
-them on their owners, where the next steps find them; the table reads back exactly
+them on their owners, where the next steps find them (its jobs' items by broadcast,
+the earlier ones' in the pinned relation); the table reads back exactly
 (pyiceberg).
 
 The cluster's driver runs in a child process (``tests.support.shard_owners``): this

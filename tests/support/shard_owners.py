@@ -58,13 +58,13 @@ def main(url: str, root: Path) -> None:
     from calving.commit.index.sharded import ShardedIndex
     from calving.commit.table.actions.update_properties import UpdateProperties
     from calving.commit.table.ledger import OffsetRange
+    from calving.ingest.sink import spark_tasks
     from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
     from calving.ingest.sink.shard_stage import (
         SparkReshard,
         SparkShardRebuild,
         SparkShardResolver,
     )
-    from calving.ingest.sink import spark_tasks
     from calving.ingest.sink.spark_tasks import run_tasks
     from tests.bench.index_rebuild import build_table, load
     from tests.bench.index_sharded import _batch

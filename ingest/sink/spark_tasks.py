@@ -86,6 +86,8 @@ def run_tasks(
     order. A failed task fails the job (py4j raises on the driver)."""
     if not items:
         return []
+    if places is not None and len(places) != len(items):
+        raise ValueError(f"{len(items)} items, {len(places)} places")
     packed = [pickle.dumps(item, protocol=pickle.HIGHEST_PROTOCOL) for item in items]
     # Pinned items of many bytes go by broadcast: byte arrays through py4j cost more.
     shared = None
@@ -102,25 +104,28 @@ def run_tasks(
                 ]
                 yield pa.RecordBatch.from_arrays([pa.array(out, pa.binary())], names=[_RESULT])
 
-    if places is None:
-        work = spark.createDataFrame(
-            pa.table(
-                {
-                    _TASK: pa.array(range(len(items)), pa.int32()),
-                    _ITEM: pa.array(packed, pa.binary()),
-                }
-            )
-        )
-    else:
-        if len(places) != len(items):
-            raise ValueError(f"{len(items)} items, {len(places)} places")
-        work = _placed(spark, [b""] * len(packed) if shared is not None else packed, places)
-    frame = map_in_arrow(work, run, f"{_RESULT} binary")
     try:
+        work = _relation(spark, [b""] * len(packed) if shared is not None else packed, places)
+        frame = map_in_arrow(work, run, f"{_RESULT} binary")
         return [pickle.loads(row[0]) for row in frame.collect()]
     finally:
         if shared is not None:
             shared.destroy()
+
+
+def _relation(spark: Any, packed: Sequence[bytes], places: Sequence[str] | None) -> Any:
+    """The work relation: (task, item) rows, a local Arrow relation, or made on the JVM
+    with each item's place (``_placed``)."""
+    if places is not None:
+        return _placed(spark, packed, places)
+    return spark.createDataFrame(
+        pa.table(
+            {
+                _TASK: pa.array(range(len(packed)), pa.int32()),
+                _ITEM: pa.array(packed, pa.binary()),
+            }
+        )
+    )
 
 
 def _placed(spark: Any, packed: Sequence[bytes], places: Sequence[str]) -> Any:

@@ -18,7 +18,7 @@ from tests.faults.streaming import stream_available
 QUICK = selected("quick")
 
 SHARDS = ("many", "stream", "maintenance", "commit")
-_STREAM_FAMILIES = {"stream-crash", "broker-pause", "same-writer-id", "resplit"}
+_STREAM_FAMILIES = {"stream-crash", "broker-pause", "same-writer-id", "resplit", "reshard-crash"}
 
 
 def shard_of(s: Scenario) -> str:

@@ -986,8 +986,8 @@ for _point in POINTS:
     )
 register(
     Scenario(
-        "stream-crash/after-reshard/sharded",
-        "stream-crash",
+        "reshard-crash/after-reshard/sharded",
+        "reshard-crash",
         _with_broker(reshard_crash_scenario(QUICK_SIZE), index_mode="sharded"),
         quick=True,
         needs=NEEDS,

@@ -42,7 +42,13 @@ def test_every_streaming_family_is_in_the_ci_subset() -> None:
     from tests.faults.streaming import QUICK_POINTS
 
     families = {s.family for s in QUICK}
-    assert {"stream-crash", "broker-pause", "same-writer-id", "resplit"} <= families
+    assert {
+        "stream-crash",
+        "broker-pause",
+        "same-writer-id",
+        "resplit",
+        "reshard-crash",
+    } <= families
     crashed = {p for s in QUICK if s.family == "stream-crash" for p in _points(s)}
     assert crashed == QUICK_POINTS
     assert {"after-manifest-list", "before-swap", "after-swap"} <= crashed

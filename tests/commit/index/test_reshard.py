@@ -26,7 +26,7 @@ from calving.commit.index.reshard import (
 from calving.commit.index.shard_chain import load_chain, merge_chains
 from calving.commit.index.shards import ShardCountError, read_manifest, shard_of, write_manifest
 from calving.commit.io import local_path
-from tests.commit.index.test_shard_chain import _chain
+from tests.commit.index.test_shard_chain import _chain, copied_last_file
 from tests.commit.index.test_shards import entries
 
 COUNTS = [1, 2, 4, 8, 16]
@@ -77,14 +77,7 @@ def test_split_or_merged_chains_hold_the_same_entries(
 @pytest.mark.integration
 def test_a_renamed_file_is_named_by_its_new_path_and_the_aliases_go(sqlite_catalog: Any) -> None:
     table, manifest, _ = _chain(sqlite_catalog, "int")
-    chain = manifest.shards[1]
-    old = manifest.files[-1][0]
-    new = old.replace(".parquet", "-rowid-0.parquet")
-    copied = replace(
-        manifest,
-        files=(*manifest.files[:-1], (new, manifest.files[-1][1])),
-        aliases=((chain.deltas[0], old, new),),
-    )
+    copied, old, new = copied_last_file(manifest)
     got = resharded(copied, 2, reshard_here(table.io, table.metadata, copied, 2))
     assert got.aliases == ()
     merged = merge_chains(table.io, got)

@@ -122,17 +122,23 @@ def test_a_delta_or_count_that_does_not_fit_is_refused(sqlite_catalog: Any) -> N
         load_chain(table.io, manifest, chain)
 
 
-def test_aliases_rename_a_copied_file(sqlite_catalog: Any) -> None:
-    table, manifest, _ = _chain(sqlite_catalog, "int")
-    chain = manifest.shards[1]
+def copied_last_file(manifest: ShardManifest) -> tuple[ShardManifest, str, str]:
+    """``manifest`` after a row-lineage copy renamed its last file, which shard 1's
+    delta names: (the manifest with the alias, the old path, the new path)."""
     old = manifest.files[-1][0]
     new = old.replace(".parquet", "-rowid-0.parquet")
     copied = replace(
         manifest,
         files=(*manifest.files[:-1], (new, manifest.files[-1][1])),
-        aliases=((chain.deltas[0], old, new),),
+        aliases=((manifest.shards[1].deltas[0], old, new),),
     )
-    got = load_chain(table.io, copied, chain)
+    return copied, old, new
+
+
+def test_aliases_rename_a_copied_file(sqlite_catalog: Any) -> None:
+    table, manifest, _ = _chain(sqlite_catalog, "int")
+    copied, old, new = copied_last_file(manifest)
+    got = load_chain(table.io, copied, manifest.shards[1])
     assert got.has_file(new) and not got.has_file(old)
     location = write_manifest(table.io, copied, table.metadata.location)
     assert read_manifest(table.io, location) == copied

@@ -102,6 +102,7 @@ class PrimaryKeyIndex:
         self._tomb = np.empty(0, np.uint64)
         self._tomb_pending: list[np.ndarray] = []
         self._paths: list[str] = []
+        self._path_bytes = 0  # sys.getsizeof of every path in ``_paths``
         self._ids: dict[str, int] = {}
         self._file_live = np.zeros(16, bool)
         self._file_rows = np.zeros(16, np.int64)
@@ -151,6 +152,7 @@ class PrimaryKeyIndex:
             self._file_rows = np.concatenate([self._file_rows, np.zeros(grow, np.int64)])
             self._file_entries = np.concatenate([self._file_entries, np.zeros(grow, np.int64)])
         self._paths.append(file_path)
+        self._path_bytes += sys.getsizeof(file_path)
         self._ids[file_path] = fid
         self._file_live[fid] = True
         self._file_rows[fid] = rows
@@ -245,6 +247,7 @@ class PrimaryKeyIndex:
             raise IndexUpdateError(f"{new}: already in the primary-key index")
         del self._ids[old]
         self._ids[new] = fid
+        self._path_bytes += sys.getsizeof(new) - sys.getsizeof(old)
         self._paths[fid] = new
 
     def remove_file(self, file_path: str) -> None:
@@ -461,7 +464,7 @@ class PrimaryKeyIndex:
         arrays = self._base.nbytes + self._delta.nbytes + sum(r.nbytes for r in self._pending)
         arrays += self._tomb.nbytes + sum(t.nbytes for t in self._tomb_pending)
         arrays += self._file_live.nbytes + self._file_rows.nbytes + self._file_entries.nbytes
-        return int(arrays + sum(sys.getsizeof(p) for p in self._paths))
+        return int(arrays + self._path_bytes)
 
     # ------------------------------------------------------------ persistence support
 

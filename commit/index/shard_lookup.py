@@ -52,6 +52,8 @@ from calving.commit.spec.sorted_sets import dense_ids, unique_sorted
 
 #: Bytes of shards a Python process keeps between batches (least recently used go).
 DEFAULT_CACHE_BYTES = 1 << 30
+#: Bytes of its own deltas' changes a Python process keeps for its next step.
+DELTA_MEMO_BYTES = 64 << 20
 #: A batch of up to ``calving.index.driver-step-keys`` keys whose shards hold up to
 #: this many entries in all runs its steps in the driver (no Spark job).
 DRIVER_SHARD_ENTRIES = 2_000_000
@@ -157,13 +159,27 @@ class ShardCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[str, ...], PrimaryKeyIndex] = OrderedDict()
         self._shards: dict[tuple[str, ...], int] = {}
+        #: Each entry's bytes when it was put (an entry is not changed in the cache: a
+        #: step takes it out, changes it and puts it back).
+        self._bytes: dict[tuple[str, ...], int] = {}
+        self._total = 0
+        #: Deltas this process's write tasks wrote, by location, until a step brings
+        #: a cached shard forward by them (then they are not read back from storage).
+        self._deltas: OrderedDict[str, tuple[tuple[AddedFile, ...], Deleted, int]] = OrderedDict()
+        self._delta_bytes = 0
         self.hits = 0
         self.misses = 0
 
+    def _drop(self, key: tuple[str, ...]) -> PrimaryKeyIndex | None:
+        """Take entry ``key`` out (the lock held)."""
+        index = self._entries.pop(key, None)
+        self._shards.pop(key, None)
+        self._total -= self._bytes.pop(key, 0)
+        return index
+
     def take(self, chain: ShardFile) -> PrimaryKeyIndex | None:
         with self._lock:
-            index = self._entries.pop(_chain_key(chain), None)
-            self._shards.pop(_chain_key(chain), None)
+            index = self._drop(_chain_key(chain))
             if index is None:
                 self.misses += 1
             else:
@@ -183,18 +199,21 @@ class ShardCache:
             if best is None:
                 return None
             self.hits += 1
-            self._shards.pop(best, None)
-            return self._entries.pop(best), len(best) - 1
+            index = self._drop(best)
+            assert index is not None
+            return index, len(best) - 1
 
     def put(self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int) -> None:
+        key = _chain_key(chain)
+        size = index.nbytes
         with self._lock:
-            self._entries[_chain_key(chain)] = index
-            self._shards[_chain_key(chain)] = chain.shard
-            total = sum(i.nbytes for i in self._entries.values())
-            while len(self._entries) > 1 and total > max_bytes:
-                key, dropped = self._entries.popitem(last=False)
-                self._shards.pop(key, None)
-                total -= dropped.nbytes
+            self._drop(key)
+            self._entries[key] = index
+            self._shards[key] = chain.shard
+            self._bytes[key] = size
+            self._total += size
+            while len(self._entries) > 1 and self._total > max_bytes:
+                self._drop(next(iter(self._entries)))
 
     def keep(self, owner: int, owners: int) -> None:
         """Drop every shard but those of owner ``owner`` of ``owners`` (shard ``s``
@@ -203,30 +222,57 @@ class ShardCache:
         left it here)."""
         with self._lock:
             for key in [k for k, s in self._shards.items() if s % owners != owner]:
-                del self._entries[key], self._shards[key]
+                self._drop(key)
 
     def forget(self, base: str) -> None:
         """Drop every cached state of the chains on base file ``base`` (a shard a
         reshard replaced: nothing will ask for it again)."""
         with self._lock:
             for key in [k for k in self._entries if k[0] == base]:
-                del self._entries[key]
-                self._shards.pop(key, None)
+                self._drop(key)
 
     @property
     def nbytes(self) -> int:
+        """The entries' bytes, each as it was put."""
         with self._lock:
-            return sum(i.nbytes for i in self._entries.values())
+            return self._total
 
     def shards(self) -> list[int]:
         """The shard numbers cached (one a cached state), in order."""
         with self._lock:
             return sorted(self._shards.values())
 
+    def remember_delta(self, location: str, added: Sequence[AddedFile], deleted: Deleted) -> None:
+        """The changes of the delta just written at ``location`` (a file is never
+        written twice: its name is unique). At most ``DELTA_MEMO_BYTES`` are kept, the
+        oldest dropped first (a delta no step asked for: its commit failed, or the
+        worker holds no earlier state of its shard)."""
+        size = deleted.keys.nbytes + deleted.positions.nbytes + deleted.file_index.nbytes
+        size += sum(f.keys.nbytes + f.positions.nbytes for f in added)
+        with self._lock:
+            self._deltas[location] = (tuple(added), deleted, size)
+            self._delta_bytes += size
+            while self._delta_bytes > DELTA_MEMO_BYTES:
+                self._delta_bytes -= self._deltas.popitem(last=False)[1][2]
+
+    def recall_delta(self, location: str) -> tuple[list[AddedFile], Deleted] | None:
+        """The changes ``remember_delta`` kept for ``location`` (forgotten now), or
+        None."""
+        with self._lock:
+            kept = self._deltas.pop(location, None)
+            if kept is None:
+                return None
+            self._delta_bytes -= kept[2]
+            return list(kept[0]), kept[1]
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
             self._shards.clear()
+            self._bytes.clear()
+            self._total = 0
+            self._deltas.clear()
+            self._delta_bytes = 0
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -345,13 +391,13 @@ def _write_step(
             )
         deltas: tuple[str, ...] = ()
         if len(deleted) or request.added:
-            deltas = (write_delta(io, job.table_location, header, request.added, deleted),)
+            deltas = (_write_delta(io, job, header, request, deleted),)
         new = ShardFile(chain.shard, base.location, after, base.base_snapshot, deltas)
     elif rebase and not job.in_task:
         apply_changes(index, request.added, deleted)
         new = write_base(io, job.table_location, header, index)
     elif len(deleted) or request.added:
-        location = write_delta(io, job.table_location, header, request.added, deleted)
+        location = _write_delta(io, job, header, request, deleted)
         if not job.in_task:
             apply_changes(index, request.added, deleted)
         new = ShardFile(
@@ -364,6 +410,17 @@ def _write_step(
             f"shard {request.shard}: {new.entries} entries written, {after} expected"
         )
     return new
+
+
+def _write_delta(
+    io: FileIO, job: ShardJob, header: ShardHeader, request: ShardRequest, deleted: Deleted
+) -> str:
+    """Write the step's delta; a write task's (which leaves its shard without it)
+    is remembered for this process's next step of the shard."""
+    location = write_delta(io, job.table_location, header, request.added, deleted)
+    if job.in_task:
+        CACHE.remember_delta(location, request.added, deleted)
+    return location
 
 
 def _shard(
@@ -393,7 +450,8 @@ def _shard(
     try:
         apply_aliases(index, manifest.aliases)  # files renamed after its last step
         for location in same.deltas[applied:]:
-            added, deleted = read_delta(io, manifest, chain.shard, location)
+            changes = CACHE.recall_delta(location)
+            added, deleted = changes or read_delta(io, manifest, chain.shard, location)
             apply_changes(index, added, deleted)
             apply_aliases(index, manifest.aliases)
     except IndexUpdateError as err:

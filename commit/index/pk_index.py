@@ -240,6 +240,27 @@ class PrimaryKeyIndex:
             )
         self._tomb_pending.append((np.uint64(fid) << np.uint64(32)) | pos.astype(np.uint64))
 
+    def delete_located(
+        self, files: Sequence[str], file_index: np.ndarray, positions: np.ndarray
+    ) -> None:
+        """``delete_positions`` for many files at once: position ``positions[i]`` of
+        ``files[file_index[i]]`` (a shard delta's deleted rows)."""
+        if not len(positions):
+            return
+        used, at = np.unique(np.asarray(file_index, np.int64), return_inverse=True)
+        fids = np.array([self._require(files[int(u)]) for u in used], np.int64)
+        pos = np.asarray(positions, np.int64)
+        beyond = np.flatnonzero((pos < 0) | (pos >= self._file_rows[fids][at]))
+        if len(beyond):
+            i = int(beyond[0])
+            raise IndexUpdateError(
+                f"{files[int(used[at[i]])]}: position {int(pos[i])} beyond its "
+                f"{self._file_rows[fids[at[i]]]} rows"
+            )
+        self._tomb_pending.append(
+            (fids[at].astype(np.uint64) << np.uint64(32)) | pos.astype(np.uint64)
+        )
+
     def rename_file(self, old: str, new: str) -> None:
         """The file ``old`` is now at ``new`` (the same rows at the same positions)."""
         fid = self._require(old)

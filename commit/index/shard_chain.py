@@ -91,10 +91,7 @@ class Deleted:
 
 def apply_changes(index: PrimaryKeyIndex, added: Sequence[AddedFile], deleted: Deleted) -> None:
     """Apply one commit's changes to a shard's index (in place)."""
-    for i, (path, _) in enumerate(deleted.files):
-        rows = deleted.positions[deleted.file_index == i]
-        if len(rows):
-            index.delete_positions(path, rows)
+    index.delete_located([p for p, _ in deleted.files], deleted.file_index, deleted.positions)
     for f in added:
         index.add_encoded(f.path, f.keys, f.positions, f.row_count)
 

@@ -247,19 +247,20 @@ class PrimaryKeyIndex:
         ``files[file_index[i]]`` (a shard delta's deleted rows)."""
         if not len(positions):
             return
-        used, at = np.unique(np.asarray(file_index, np.int64), return_inverse=True)
-        fids = np.array([self._require(files[int(u)]) for u in used], np.int64)
+        at = np.asarray(file_index, np.int64)
+        fids = np.zeros(len(files), np.int64)
+        for u in np.flatnonzero(np.bincount(at, minlength=len(files))):
+            fids[u] = self._require(files[int(u)])  # only the files with deleted rows
+        fids = fids[at]
         pos = np.asarray(positions, np.int64)
-        beyond = np.flatnonzero((pos < 0) | (pos >= self._file_rows[fids][at]))
+        beyond = np.flatnonzero((pos < 0) | (pos >= self._file_rows[fids]))
         if len(beyond):
             i = int(beyond[0])
             raise IndexUpdateError(
-                f"{files[int(used[at[i]])]}: position {int(pos[i])} beyond its "
-                f"{self._file_rows[fids[at[i]]]} rows"
+                f"{files[int(at[i])]}: position {int(pos[i])} beyond its "
+                f"{self._file_rows[fids[i]]} rows"
             )
-        self._tomb_pending.append(
-            (fids[at].astype(np.uint64) << np.uint64(32)) | pos.astype(np.uint64)
-        )
+        self._tomb_pending.append((fids.astype(np.uint64) << np.uint64(32)) | pos.astype(np.uint64))
 
     def rename_file(self, old: str, new: str) -> None:
         """The file ``old`` is now at ``new`` (the same rows at the same positions)."""

@@ -88,6 +88,31 @@ def test_update_errors() -> None:
     assert index.file_paths == ["a"] and len(index) == 3
 
 
+def test_deletes_of_many_files_at_once_equal_one_call_a_file() -> None:
+    one, many = _index(), _index()
+    for index in (one, many):
+        index.add_file("a", _ids(1, 2, 3))
+        index.add_file("b", _ids(4, 5, 6, 7), positions=[0, 1, 2, 9], row_count=10)
+    one.delete_positions("a", [2])
+    one.delete_positions("b", [0, 9])
+    # "new" has no deleted rows: not looked up (a delta's file table lists the files it
+    # adds too, which the index does not hold yet).
+    many.delete_located(["b", "new", "a"], np.array([0, 2, 0]), np.array([0, 2, 9]))
+    for index in (one, many):
+        assert index.lookup(_ids(1, 2, 3, 4, 5, 6, 7)).found.tolist() == [
+            True, True, False, False, True, True, False
+        ]  # fmt: skip
+    assert one.live_rows_per_file() == many.live_rows_per_file() == {"a": 2, "b": 2}
+    with pytest.raises(IndexUpdateError, match=r"^b: position 10 beyond its 10 rows"):
+        many.delete_located(["a", "b"], np.array([0, 1]), np.array([0, 10]))
+    with pytest.raises(IndexUpdateError, match="^zz: not in"):
+        many.delete_located(["a", "zz"], np.array([1]), np.array([0]))
+    with pytest.raises(IndexUpdateError, match="position -1"):
+        many.delete_located(["a"], np.array([0]), np.array([-1]))
+    many.delete_located(["zz"], np.array([], np.int64), np.array([], np.int64))  # nothing
+    assert many.live_rows_per_file() == {"a": 2, "b": 2}
+
+
 def test_delete_is_idempotent() -> None:
     index = _index()
     index.add_file("a", _ids(1, 2, 3), positions=[0, 2, 4], row_count=6)

@@ -175,3 +175,56 @@ def test_the_cache_hands_a_chain_out_once_and_evicts_the_oldest(sqlite_catalog: 
     cache.put(a, shard_index, 1 << 30)
     cache.forget(b.location)
     assert len(cache) == 1 and cache.shards() == [a.shard]
+
+
+def test_the_cache_counts_each_shard_once_as_it_was_put(sqlite_catalog: Any) -> None:
+    table, manifest, shard_index = _chain(sqlite_catalog, "int")
+    whole = build_from_table(table.io, table.metadata)
+    a, b = manifest.shards[0], manifest.shards[1]
+    cache = ShardCache()
+    cache.put(a, shard_index, 1 << 30)
+    cache.put(b, whole, 1 << 30)
+    assert cache.nbytes == shard_index.nbytes + whole.nbytes
+    cache.put(b, whole, 1 << 30)  # the same chain again: counted once
+    assert cache.nbytes == shard_index.nbytes + whole.nbytes
+    taken = cache.take(a)
+    assert taken is shard_index and cache.nbytes == whole.nbytes
+    cache.put(a, shard_index, 1 << 30)
+    cache.keep(a.shard % 2, 2)  # owner of a's shard among two: b's goes
+    assert cache.nbytes == shard_index.nbytes and cache.shards() == [a.shard]
+    cache.forget(a.location)
+    assert cache.nbytes == 0 and len(cache) == 0
+    cache.put(a, shard_index, 1 << 30)
+    cache.put(b, whole, whole.nbytes)  # over the budget: the oldest goes
+    assert cache.nbytes == whole.nbytes and cache.shards() == [b.shard]
+    cache.clear()
+    assert cache.nbytes == 0
+
+
+def test_a_remembered_delta_is_handed_out_once_and_the_memo_is_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from calving.commit.index import shard_lookup
+    from calving.commit.index.keys import IntKeys
+    from calving.commit.index.shard_chain import AddedFile, Deleted
+
+    def changes(n: int) -> tuple[list[AddedFile], Deleted]:
+        keys = IntKeys(np.arange(n, dtype=np.int64))
+        added = [AddedFile("f.parquet", n, keys, np.arange(n, dtype=np.int64))]
+        none = np.empty(0, np.int64)
+        return added, Deleted((), IntKeys(none), none, none)
+
+    cache = ShardCache()
+    added, deleted = changes(3)
+    cache.remember_delta("d1", added, deleted)
+    assert cache.recall_delta("d1") == (added, deleted)
+    assert cache.recall_delta("d1") is None  # handed out once
+    # 16 bytes an entry (key and position): three of 1000 entries fit in 40,000 bytes.
+    monkeypatch.setattr(shard_lookup, "DELTA_MEMO_BYTES", 40_000)
+    for name in ("d2", "d3", "d4"):
+        cache.remember_delta(name, *changes(1000))
+    assert cache.recall_delta("d2") is None  # the oldest went
+    assert cache.recall_delta("d4") is not None and cache.recall_delta("d3") is not None
+    cache.remember_delta("d5", *changes(1))
+    cache.clear()
+    assert cache.recall_delta("d5") is None

@@ -176,6 +176,54 @@ def test_write_tasks_leave_their_worker_the_shard_as_the_manifest_names_it(
     assert sharded.in_tasks == 4 and sharded.rebuilds == 0
 
 
+@pytest.mark.parametrize("deltas", ["16", "2"], ids=["chained", "rebased"])
+def test_a_worker_reads_back_only_the_other_tasks_deltas(
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch, deltas: str
+) -> None:
+    """Two write tasks in two workers (a cache each): a worker brings its cached
+    shards forward by the batch's deltas, its own from what it remembered when it wrote
+    them, the other task's read from storage; the table reads back exactly, with
+    chains that grow (``chained``) and with a rebase every batch (``rebased``)."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", f"own_deltas_{deltas}"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0", "calving.index.shard-deltas": deltas},
+    )
+    writer = Writer(table, shards=2)
+    caches = [shard_lookup.ShardCache(), shard_lookup.ShardCache()]
+    wrote: list[set[str]] = [set(), set()]
+    read: list[set[str]] = [set(), set()]
+    worker = [0]
+    read_delta, step = shard_lookup.read_delta, run_task_steps
+
+    def reading(io: Any, manifest: Any, shard: int, location: str) -> Any:
+        read[worker[0]].add(location)
+        return read_delta(io, manifest, shard, location)
+
+    def stepping(job: Any, files: Any, deleted: Any, task: int | None = None) -> Any:
+        assert task is not None
+        worker[0] = task
+        monkeypatch.setattr(shard_lookup, "CACHE", caches[task])
+        steps = step(job, files, deleted, task)
+        assert not steps.unreadable, steps.unreadable
+        wrote[task] |= {c.deltas[-1] for c in steps.chains if c.deltas}
+        return steps
+
+    monkeypatch.setattr(shard_lookup, "read_delta", reading)
+    monkeypatch.setattr(sys.modules[__name__], "run_task_steps", stepping)
+    rng = random.Random(7)
+    for b in range(5):
+        upserts = {k: f"b{b}-{k}" for k in rng.sample(range(300), 60)}
+        live = sorted(set(writer.expected) - set(upserts))
+        _task_batch(writer, upserts, rng.sample(live, min(len(live), 8)), partitions=True)
+    writer.check()
+    for me, other in ((0, 1), (1, 0)):
+        assert read[me] and not read[me] & wrote[me]  # its own: never read back
+        assert read[me] <= wrote[other]
+    assert sum(c.hits for c in caches) >= 2 * 2 * 4  # every step after the first batch
+
+
 @pytest.mark.parametrize("partitions", [False, True], ids=["every-task", "one-writer"])
 def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
     sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch, partitions: bool

@@ -39,7 +39,7 @@ from calving.ingest.sink.executor import (
 )
 from calving.ingest.sink.fused import fused_append, fused_keyed, read_and_decode_for_keyed
 from calving.ingest.sink.index_rebuild import ExecutorRebuild
-from calving.ingest.sink.messages import Coordinates
+from calving.ingest.sink.messages import Coordinates, collected
 from calving.ingest.sink.shard_stage import sharded_index
 from calving.ingest.sink.spark_tasks import map_in_arrow
 from calving.ingest.sink.spark_types import spark_schema
@@ -365,9 +365,7 @@ class CalvingSink:
 
 def _collect(out: Any) -> ParsedMessages:
     """The message rows the driver collects, parsed."""
-    rows = out.collect()
-    messages = pa.Table.from_pylist([r.asDict() for r in rows], schema=MESSAGE_SCHEMA)
-    return parse_messages(messages)
+    return parse_messages(collected(out))
 
 
 def is_range_frame(df: Any) -> bool:

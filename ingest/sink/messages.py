@@ -189,6 +189,15 @@ def decode(data: pa.Table | pa.RecordBatch) -> list[Message]:
     return [decode_row(i, *row) for i, row in enumerate(zip(*columns))]
 
 
+def collected(frame: Any) -> pa.Table:
+    """The message rows of a Spark DataFrame of ``MESSAGE_SCHEMA``, brought to the
+    driver as Arrow (``DataFrame.toArrow``): no Row object a message, and the JVM sends
+    the columns' bytes instead of pickling each row (a write task's keys and shard
+    matches are hundreds of kB)."""
+    table = frame.toArrow()
+    return table if table.schema == MESSAGE_SCHEMA else table.cast(MESSAGE_SCHEMA)
+
+
 def encode_tagged(groups: Mapping[str, Iterable[Message]]) -> pa.RecordBatch:
     """Messages by tag -> one Arrow record batch of ``TAGGED_SCHEMA``."""
     rows = [{**encode_row(m), "tag": tag} for tag, messages in groups.items() for m in messages]

@@ -40,7 +40,7 @@ from calving.ingest.sink.executor import (
     meta_rows,
 )
 from calving.ingest.sink.foreach_batch import CalvingSink, is_range_frame
-from calving.ingest.sink.messages import DataFileWritten, Message, RowsSeen, encode
+from calving.ingest.sink.messages import DataFileWritten, Message, RowsSeen, collected, encode
 from calving.ingest.sink.path_choice import SourcePlan
 from calving.ingest.sink.spark_tasks import map_in_arrow
 from calving.ingest.sink.spark_types import spark_schema
@@ -158,8 +158,7 @@ class RowsSink(CalvingSink):
             )
         else:
             out = map_in_arrow(frame, rows_append(plan, self.rows), messages_type)
-        messages = pa.Table.from_pylist([r.asDict() for r in out.collect()], schema=MESSAGE_SCHEMA)
-        parsed = parse_messages(messages)
+        parsed = parse_messages(collected(out))
         if parsed.rows_seen == 0:
             return RowsParsed()  # nothing to commit, nothing claimed
         return RowsParsed(

@@ -261,11 +261,13 @@ def steps_to_payload(steps: TaskSteps) -> tuple[str, bytes]:
         "seconds": steps.seconds,
         "task": steps.task,
     }
+    # 12 bytes a match: a row position is a uint32 in the index, and so is a key's row
+    # among a task's keys (pyarrow refuses a value that does not fit, never wraps it).
     table = pa.table(
         {
-            "key_row": pa.array(steps.key_rows, pa.int64()),
+            "key_row": pa.array(steps.key_rows, pa.uint32()),
             "file": pa.array(steps.file_ids, pa.uint32()),
-            "position": pa.array(steps.positions, pa.int64()),
+            "position": pa.array(steps.positions, pa.uint32()),
         }
     )
     sink = pa.BufferOutputStream()

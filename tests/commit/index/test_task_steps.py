@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from calving.commit.index.shards import ShardFile, ShardManifest
@@ -63,6 +64,19 @@ def test_steps_round_trip_through_the_message_payload() -> None:
     assert (back.file_rows, back.delete_rows, back.cache_hits) == (2, 1, 1)
     for name in ("key_rows", "file_ids", "positions"):
         assert getattr(back, name).tolist() == getattr(steps, name).tolist()
+
+
+def test_matches_travel_as_uint32_and_the_largest_position_comes_back() -> None:
+    top = (1 << 32) - 1
+    n = 10_000
+    steps = _steps((), list(range(n)), ("a",), [0] * n, [top - i for i in range(n)])
+    _, matches = steps_to_payload(steps)
+    assert 12 * n <= len(matches) < 12 * n + 1024  # three uint32 columns, no more
+    back = steps_from_payload(*steps_to_payload(steps))
+    assert back.positions.dtype == np.int64 and int(back.positions[0]) == top
+    assert back.key_rows.tolist() == list(range(n))
+    with pytest.raises(pa.ArrowInvalid):  # refused, never wrapped
+        steps_to_payload(_steps((), [0], ("a",), [0], [top + 1]))
 
 
 def test_a_payload_naming_a_file_it_does_not_list_is_refused() -> None:

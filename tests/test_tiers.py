@@ -96,3 +96,43 @@ def test_a_unit_test_that_starts_a_process_is_reported_and_totals_are_printed(
     summary = (suite.path / "tiers.txt").read_text()
     assert "unit tests that started a real component:" in summary
     assert "test_starts_a_process is marked unit but starts a process (true)" in summary
+
+
+TEARDOWN_SUITE = """
+import time
+import pytest
+
+@pytest.fixture(scope="session")
+def slow_to_stop():
+    yield
+    time.sleep(0.6)  # a session fixture stopped after the last test (Spark, the broker)
+
+def test_first(slow_to_stop):
+    pass
+
+def test_sleeps():
+    time.sleep(0.6)
+
+def test_last():
+    pass
+"""
+
+
+def test_a_units_listed_time_is_its_own_not_the_fixtures_finalized_after_it(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support import tiers
+
+    pytester.makeini("[pytest]\nmarkers =\n    unit: u\n    integration: i\n    slow: s\n")
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_teardown=TEARDOWN_SUITE)
+    monkeypatch.setattr(tiers, "UNIT_SECONDS", 0.4)
+    monkeypatch.setenv("CALVING_TIER_SUMMARY", str(pytester.path / "tiers.txt"))
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+    summary = (pytester.path / "tiers.txt").read_text()
+    listed = summary.split("unit tests over", 1)[1]
+    assert "test_sleeps" in listed
+    assert "test_last" not in listed and "test_first" not in listed  # the fixture's stop
+    total = float(summary.split("\n  all", 1)[1].split()[2])
+    assert total >= 1.2  # the totals still count both sleeps, the teardown's included

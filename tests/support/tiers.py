@@ -10,7 +10,9 @@ decided by what it starts, and the run's totals per tier.
   ``calving`` as a command, a shell script) or connecting to PostgreSQL's port is a real
   component; the summary lists such a test (``CALVING_TIER_CHECK=fail`` fails it instead). A ``unit`` test slower than ``UNIT_SECONDS`` and a test slower than
   ``SLOW_SECONDS`` not marked ``slow`` are listed in the summary (durations on a shared
-  machine are no test verdict).
+  machine are no test verdict), by their setup and call: a teardown also finalizes the
+  module's and session's fixtures (the broker, Spark) after a file's or a worker's last
+  test, which is not that test's time.
 * Summary (end of the run, also under pytest-xdist): tests and seconds per tier
   (setup + call + teardown, summed over workers), printed and written to the file
   ``CALVING_TIER_SUMMARY`` names (``.ci/run`` prints it last).
@@ -84,6 +86,8 @@ class TierPlugin:
         self.watching: str | None = None  # nodeid of the unit test running now
         self.started: list[str] = []  # what the running unit test started
         self.seconds: dict[str, float] = defaultdict(float)
+        #: Setup and call (what the test itself took; see the module).
+        self.own_seconds: dict[str, float] = defaultdict(float)
         self.tiers: dict[str, str] = {}
         self.violations: list[str] = []
         self.began = time.monotonic()
@@ -152,6 +156,8 @@ class TierPlugin:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.seconds[report.nodeid] += report.duration
+        if report.when != "teardown":
+            self.own_seconds[report.nodeid] += report.duration
         self.tiers.setdefault(report.nodeid, tier_of(report.keywords))
         if report.when == "teardown":
             for name, value in report.user_properties:
@@ -171,12 +177,12 @@ class TierPlugin:
         lines.append(f"  {'all':<12} {sum(count.values()):>5} tests {sum(total.values()):>9.1f} s")
         slow_units = sorted(
             (s, n)
-            for n, s in self.seconds.items()
+            for n, s in self.own_seconds.items()
             if self.tiers.get(n) == "unit" and s > UNIT_SECONDS
         )
         unmarked = sorted(
             (s, n)
-            for n, s in self.seconds.items()
+            for n, s in self.own_seconds.items()
             if self.tiers.get(n) != "slow" and s > SLOW_SECONDS
         )
         for title, rows in (

@@ -230,15 +230,9 @@ class PrimaryKeyIndex:
     def delete_positions(self, file_path: str, positions: Any) -> None:
         """Forget the rows at ``positions`` of a file (a new deletion vector's positions).
         Idempotent; positions not indexed (already deleted) are ignored."""
-        fid = self._require(file_path)
+        self._require(file_path)  # an unknown file is refused, even with no positions
         pos = _as_positions(positions)
-        if not len(pos):
-            return
-        if int(pos.max()) >= self._file_rows[fid]:
-            raise IndexUpdateError(
-                f"{file_path}: position {int(pos.max())} beyond its {self._file_rows[fid]} rows"
-            )
-        self._tomb_pending.append((np.uint64(fid) << np.uint64(32)) | pos.astype(np.uint64))
+        self.delete_located([file_path], np.zeros(len(pos), np.int64), pos)
 
     def delete_located(
         self, files: Sequence[str], file_index: np.ndarray, positions: np.ndarray

@@ -9,6 +9,7 @@ checker catches the bug it plants.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 MUTATION_ENV = "CALVING_FAULTS_MUTATION"
@@ -97,6 +98,46 @@ def _count_maintenance_losses() -> None:
     from calving.commit.table import attempt
 
     attempt.lost_only_to_yielding = lambda before, after: False  # type: ignore[assignment]  # the broken build replaces the rule
+    _hold_stream_swaps()
+
+
+#: How long a held swap waits for another commit to land, how many tries of one commit
+#: are held, and after how many commits landed during held swaps the holding stops.
+HOLD_S = 20.0
+HELD_TRIES = 3
+HELD_LANDINGS = 3
+
+
+def _hold_stream_swaps() -> None:
+    """Not a bug: the harness makes the race the broken build loses certain. Left to
+    timing, a maintenance commit lands during a stream commit in most runs but not all
+    (one CI run in many saw none, and the broken build went unnoticed). So each try of a
+    stream (not yielding) commit, from the table's third snapshot on, waits before its
+    swap until the table's pointer moved (up to ``HOLD_S``), until ``HELD_LANDINGS``
+    commits have landed so: maintenance commits while the stream's try is in flight, as
+    it would at any time in a long run."""
+    from calving.commit.table import attempt
+
+    swap = attempt.Attempt.swap
+    landed = [0]
+
+    def held(self: attempt.Attempt, staged: attempt.Staged) -> attempt.Staged:
+        if (
+            not self.yielding
+            and self.tries <= HELD_TRIES
+            and landed[0] < HELD_LANDINGS
+            and len(staged.base.metadata.snapshots) >= 2
+        ):
+            deadline = time.monotonic() + HOLD_S
+            while time.monotonic() < deadline:
+                if self.catalog.load_metadata_location(self.ident) != staged.base.location:
+                    landed[0] += 1
+                    print("mutation: a commit landed during this stream swap", flush=True)
+                    break
+                time.sleep(0.05)
+        return swap(self, staged)
+
+    attempt.Attempt.swap = held  # type: ignore[method-assign]  # the harness's hold, see above
 
 
 MUTATIONS: dict[str, Callable[[], None]] = {
@@ -106,6 +147,9 @@ MUTATIONS: dict[str, Callable[[], None]] = {
     "forget-journal": _forget_journal,
     "per-table-swaps": _per_table_swaps,
     "count-maintenance-losses": _count_maintenance_losses,
+    # Not a bug: the correct build under the same hold, which must survive the landings
+    # (tests/ingest/test_maintenance_priority.py).
+    "hold-stream-swaps": _hold_stream_swaps,
 }
 
 

@@ -6,8 +6,12 @@ second process, on a SQLite catalog.
 
 The table's ``commit.retry.num-retries`` is 0: any swap the stream lost to maintenance
 that counted against it would fail the stream, so a build that counts maintenance losses
-is caught whenever a maintenance commit lands during a stream commit. Required: zero
-stream failures, zero maintenance failures other than groups given up, every pass at
+is caught whenever a maintenance commit lands during a stream commit. So that such
+landings are certain, not left to timing, the stream runs under the harness's hold
+(``tests.faults.mutations``, ``hold-stream-swaps``: the correct build; each stream try
+waits before its swap until the table moved, until three commits landed so). Required: zero
+stream failures, at least one stream swap lost to maintenance (rebased, not counted),
+zero maintenance failures other than groups given up, every pass at
 most ``max_commits`` commits, and pyiceberg, DuckDB and pyiceberg-core equal to the
 model. Then ``calving table show`` tells when the last pass ran and what it left.
 """
@@ -49,7 +53,12 @@ def test_stream_beside_maintain_every_2s_on_bucket_x_truncate(
         max_offsets=1500,
     )
 
-    stream = m.start(["-v", "run", str(config), "--available-now"], tmp_path, "stream.log")
+    stream = m.start(
+        ["-v", "run", str(config), "--available-now"],
+        tmp_path,
+        "stream.log",
+        mutation="hold-stream-swaps",
+    )
     _wait_for_table(config, stream, tmp_path / "stream.log")
     maintain = m.start(
         ["maintain", str(config), "--every", "2 seconds", "--local"], tmp_path, "m.log"
@@ -89,6 +98,7 @@ def test_stream_beside_maintain_every_2s_on_bucket_x_truncate(
     shown = capsys.readouterr().out
     assert "last maintenance pass" in shown and "none recorded" not in shown
     yielded = sum(b.get("swaps_lost_to_maintenance", 0) for b in batches)
+    assert yielded >= 1 and "a commit landed during this stream swap" in log, log[-3000:]
     print(
         f"\n{len(batches)} batches, {len(done)} passes, {compacted} groups compacted in "
         f"{sum(p['commits'] for p in done)} commits, {len(partitions)} partitions, "

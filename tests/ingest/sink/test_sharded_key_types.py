@@ -124,7 +124,7 @@ class KeyedTable:
     def data_file(self, upserts: dict[int, str]) -> tuple[Any, pa.Table]:
         ids = list(upserts)
         keys = self.keys(ids)
-        columns = {**{c: keys.column(c) for c in keys.column_names}}
+        columns = {c: keys.column(c) for c in keys.column_names}
         columns["payload"] = pa.array([upserts[i] for i in ids], pa.string())
         location = f"{self.table.metadata.location}/data/{uuid.uuid4()}.parquet"
         arrow = pa.table(columns, schema=self.arrow)

@@ -108,6 +108,9 @@ class PrimaryKeyIndex:
         self._file_rows = np.zeros(16, np.int64)
         self._file_entries = np.zeros(16, np.int64)
         self._dead_entries = 0
+        #: Whether ``tidy`` merges between batches (then lookups merge only at twice
+        #: the limit).
+        self._tidied = False
 
     def promote_key_types(self, key_types: Sequence[PrimitiveType]) -> None:
         """Follow a schema change of the key columns that keeps every key's encoding
@@ -435,16 +438,35 @@ class PrimaryKeyIndex:
     # ------------------------------------------------------------ maintenance
 
     def _settle(self) -> None:
-        """Sort pending additions into the delta; merge fully when deletes pile up."""
+        """Sort pending additions into the delta; merge fully when deletes pile up (at
+        twice the limit once ``tidy`` merges between batches: a safety net, should the
+        tidies stop)."""
         if self._pending:
             self._delta = merge_sorted(self._delta, concat_runs(self._pending).sorted())
             self._pending = []
         if self._tomb_pending:
             self._tomb = insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
             self._tomb_pending = []
-        limit = max(self.min_merge_rows, int(len(self._base) * self.merge_fraction))
-        if len(self._delta) > limit or len(self._tomb) > limit or self._dead_entries > limit:
+        if self._piled_up(2 if self._tidied else 1):
             self.compact()
+
+    def _piled_up(self, times: int = 1) -> bool:
+        """Whether the delta, the tombstones or the dead entries outgrow ``times`` the
+        merge limit."""
+        limit = max(self.min_merge_rows, int(len(self._base) * self.merge_fraction))
+        return max(len(self._delta), len(self._tomb), self._dead_entries) > limit * times
+
+    def tidy(self) -> bool:
+        """Between batches (a worker's idle time): settle, and merge fully when past the
+        limit. From the first tidy on, lookups leave the merges to the tidies, which
+        merge as often as lookups would have, so that a lookup, on a batch's critical
+        path, does not. Returns whether it merged."""
+        self._tidied = True
+        self._settle()
+        if not self._piled_up():
+            return False
+        self.compact()
+        return True
 
     def compact(self) -> None:
         """Merge everything into one sorted base run without dead entries."""

@@ -14,7 +14,10 @@ The cache (``ShardCache``, one per Python process) is keyed by the chain's file 
 Names are unique per content (a UUID each), so a cached shard is either the chain the
 manifest names or not used: a stale copy cannot be read. A step takes its shard out of
 the cache, changes it in place and puts it back under the chain it wrote; when the
-commit then fails, nothing names that chain and the entry ages out.
+commit then fails, nothing names that chain and the entry ages out. As a task ends,
+the shards its steps put are tidied in a thread (``tidy_in_background``: their full
+merges, which lookups would otherwise do) while the worker waits for its next task;
+every use of the cache waits for that thread first.
 """
 
 from __future__ import annotations
@@ -169,15 +172,66 @@ class ShardCache:
         self._delta_bytes = 0
         self.hits = 0
         self.misses = 0
+        #: Entries a step put since the last tidy, and the thread tidying them (every
+        #: use of the entries waits for it first: ``settle``).
+        self._stepped: set[tuple[str, ...]] = set()
+        self._tidying: threading.Thread | None = None
+        #: Shards tidied in the background, and how many of them merged fully.
+        self.tidied = 0
+        self.merged = 0
+
+    def settle(self) -> None:
+        """Wait for a background tidy (``tidy_in_background``) to end."""
+        thread = self._tidying
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+            with self._lock:
+                if self._tidying is thread:  # not a newer tidy's
+                    self._tidying = None
+
+    def tidy_in_background(self) -> None:
+        """Tidy (``PrimaryKeyIndex.tidy``) the shards the steps put since the last
+        call, in a thread of their own: a task calls it as it ends, so the merges a
+        lookup would do run while the worker waits for its next task, not on the
+        batch's critical path. Every use of the cache waits for the thread first; a
+        shard whose tidy fails is dropped (read again when asked for)."""
+        self.settle()
+        with self._lock:
+            keys = [k for k in self._stepped if k in self._entries]
+            self._stepped.clear()
+        if keys:
+            self._tidying = threading.Thread(
+                target=self._tidy, args=(keys,), name="calving-shard-tidy", daemon=True
+            )
+            self._tidying.start()
+
+    def _tidy(self, keys: Sequence[tuple[str, ...]]) -> None:
+        for key in keys:
+            index = self._entries.get(key)
+            if index is None:
+                continue
+            try:
+                merged = index.tidy()
+            except Exception:  # noqa: BLE001 - any failure: a half-merged shard is not used again
+                with self._lock:
+                    self._drop(key)
+                continue
+            with self._lock:
+                self.tidied += 1
+                self.merged += merged
+                self._total += index.nbytes - self._bytes[key]
+                self._bytes[key] = index.nbytes
 
     def _drop(self, key: tuple[str, ...]) -> PrimaryKeyIndex | None:
         """Take entry ``key`` out (the lock held)."""
         index = self._entries.pop(key, None)
+        self._stepped.discard(key)
         self._shards.pop(key, None)
         self._total -= self._bytes.pop(key, 0)
         return index
 
     def take(self, chain: ShardFile) -> PrimaryKeyIndex | None:
+        self.settle()
         with self._lock:
             index = self._drop(_chain_key(chain))
             if index is None:
@@ -191,6 +245,7 @@ class ShardCache:
         the first ``n`` of its deltas, ``n`` at least ``deltas``), and ``n``; None when
         none is cached."""
         wanted = _chain_key(chain)
+        self.settle()
         with self._lock:
             earlier = [
                 k for k in self._entries if deltas < len(k) < len(wanted) and wanted[: len(k)] == k
@@ -203,11 +258,18 @@ class ShardCache:
             assert index is not None
             return index, len(best) - 1
 
-    def put(self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int) -> None:
+    def put(
+        self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int, stepped: bool = False
+    ) -> None:
+        """Cache ``index`` as ``chain`` has it (``stepped``: a step looked keys up in
+        it; the next ``tidy_in_background`` tidies it)."""
         key = _chain_key(chain)
         size = index.nbytes
+        self.settle()
         with self._lock:
             self._drop(key)
+            if stepped:
+                self._stepped.add(key)
             self._entries[key] = index
             self._shards[key] = chain.shard
             self._bytes[key] = size
@@ -220,6 +282,7 @@ class ShardCache:
         belongs to owner ``s mod owners``): a process that steps its own shards holds
         no copy of another's (a rebuild's task, or a task of an earlier placement,
         left it here)."""
+        self.settle()
         with self._lock:
             for key in [k for k, s in self._shards.items() if s % owners != owner]:
                 self._drop(key)
@@ -227,18 +290,21 @@ class ShardCache:
     def forget(self, base: str) -> None:
         """Drop every cached state of the chains on base file ``base`` (a shard a
         reshard replaced: nothing will ask for it again)."""
+        self.settle()
         with self._lock:
             for key in [k for k in self._entries if k[0] == base]:
                 self._drop(key)
 
     @property
     def nbytes(self) -> int:
-        """The entries' bytes, each as it was put."""
+        """The entries' bytes, each as it was put (or last tidied)."""
+        self.settle()
         with self._lock:
             return self._total
 
     def shards(self) -> list[int]:
         """The shard numbers cached (one a cached state), in order."""
+        self.settle()
         with self._lock:
             return sorted(self._shards.values())
 
@@ -266,7 +332,9 @@ class ShardCache:
             return list(kept[0]), kept[1]
 
     def clear(self) -> None:
+        self.settle()
         with self._lock:
+            self._stepped.clear()
             self._entries.clear()
             self._shards.clear()
             self._bytes.clear()
@@ -275,11 +343,19 @@ class ShardCache:
             self._delta_bytes = 0
 
     def __len__(self) -> int:
+        self.settle()
         return len(self._entries)
 
 
 #: This process's shards (a reused Python worker keeps them across batches).
 CACHE = ShardCache()
+
+
+def tidy_in_background() -> None:
+    """A task's last act: this process's stepped shards tidied while the worker waits
+    for its next task (``ShardCache.tidy_in_background``). A function, not the cache's
+    method, so that a task's closure names it instead of pickling the cache."""
+    CACHE.tidy_in_background()
 
 
 # ---------------------------------------------------------------- the steps
@@ -345,7 +421,7 @@ def resolve_one(
     # A write task leaves its shard as the manifest has it: the batch's chain holds
     # every task's delta, its own among them, which the next batch applies in order
     # (and another task of this batch in this process finds the very chain).
-    CACHE.put(chain if job.in_task else new, index, job.cache_bytes)
+    CACHE.put(chain if job.in_task else new, index, job.cache_bytes, stepped=True)
     return ShardResult(
         new,
         matches.key_rows,

@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from calving.commit.index.shard_lookup import ShardJob
+from calving.commit.index.shard_lookup import ShardJob, tidy_in_background
 from calving.commit.index.task_steps import run_task_steps
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, parse_metadata
@@ -213,6 +213,7 @@ def collapse_and_write(plan: TaskPlan) -> TaskFunction:
         data = data.filter(pc.invert(is_meta)).drop_columns(["_meta"])
         messages = write_last_events(plan, data) if data.num_rows else []
         yield message_batch([*forwarded, *messages, *shard_steps(plan, messages)])
+        tidy_in_background()  # the task's output is sent: the worker waits
 
     return run
 

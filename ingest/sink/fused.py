@@ -19,6 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from calving.commit.index.shard_lookup import tidy_in_background
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.range_reader import RangeReader
@@ -90,6 +91,7 @@ def fused_keyed(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
             if len(split) == 1:  # else a key is in two parts: the driver redoes the batch
                 messages += shard_steps(plan, messages)
         yield encode(messages + decoding.finish(io))
+        tidy_in_background()  # the task's output is sent: the worker waits
 
     return run
 

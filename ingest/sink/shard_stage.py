@@ -77,7 +77,9 @@ def _steps(
     job: ShardJob, task: int, item: tuple[tuple[int, int] | None, Sequence[ShardRequest]]
 ) -> list[ShardResult]:
     owner, group = item
-    return resolve_shards(job, group, owner=owner)
+    results = resolve_shards(job, group, owner=owner)
+    CACHE.tidy_in_background()
+    return results
 
 
 @dataclass

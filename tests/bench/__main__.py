@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, FiguresFn] = {
     "index": _lazy("tests.bench.index_bench"),
     "index_rebuild": _lazy("tests.bench.index_rebuild"),
     "index_sharded": _lazy("tests.bench.index_sharded"),
+    "shard_steps": _lazy("tests.bench.shard_steps"),
     "maintenance": _lazy("tests.bench.maintenance"),
     "maintenance_pass": _lazy("tests.bench.maintenance_pass"),
     "throughput": _lazy("tests.bench.throughput"),

@@ -36,10 +36,10 @@ def _executor_process(task: int, item: int) -> list[tuple[int, int]]:
     return [(item, parent(parent(os.getpid())))]
 
 
-def _cached(task: int, item: int) -> list[tuple[int, list[int]]]:
+def _cached(task: int, item: int) -> list[tuple[int, list[int], int]]:
     from calving.commit.index.shard_lookup import CACHE
 
-    return [(item, CACHE.shards())]
+    return [(item, CACHE.shards(), CACHE.tidied)]
 
 
 def _executors(spark: Any, count: int) -> list[str]:

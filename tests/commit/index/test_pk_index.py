@@ -3,6 +3,8 @@ compaction, result helpers and resident size."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -235,3 +237,57 @@ def test_a_full_merge_drops_the_deleted_entries_through_the_bitmap() -> None:
     assert index.live_rows_per_file() == {"a": 996, "b": 500, "c": 99}
     found = index.lookup(_ids(0, 7, 8, 9, 999, 998, 1000, 2050, 2051))
     assert sorted(int(r) for r in found.key_rows) == [3, 5, 6, 8]
+
+
+@pytest.mark.parametrize("key_type", [LONG, STRING], ids=str)
+def test_tidy_takes_the_merges_off_the_lookups_as_often_as_they_merged(key_type: object) -> None:
+    """Once ``tidy`` (a worker's idle time) merges between batches, lookups leave the
+    merges to it: as many merges as lookups alone did, none in a lookup, the same
+    entries found; should the tidies stop, lookups merge again at twice the limit."""
+
+    def column(values: list[int]) -> pa.Table:
+        if key_type == STRING:
+            return pa.table({"id": pa.array([f"k{v}" for v in values], pa.string())})
+        return _ids(*values)
+
+    tidied = PrimaryKeyIndex([1], [key_type], min_merge_rows=10, merge_fraction=0.125)
+    plain = PrimaryKeyIndex([1], [key_type], min_merge_rows=10, merge_fraction=0.125)
+    merges = {"tidied": 0, "plain": 0}
+    for name, index in (("tidied", tidied), ("plain", plain)):
+        index.add_file("base", column(list(range(1000))))
+        index.compact()  # a base of 1000 entries: the limit is 125
+        merge = index.compact
+
+        def counted(merge: Any = merge, name: str = name) -> None:
+            merges[name] += 1
+            merge()
+
+        index.compact = counted  # type: ignore[method-assign]
+    on_lookup = {"tidied": 0, "plain": 0}
+
+    def batch(b: int, tidy: bool) -> None:  # 50 updates: past the limit every third
+        keys = list(range(b * 50 % 1000, b * 50 % 1000 + 50))
+        for name, index in (("tidied", tidied), ("plain", plain)):
+            before = merges[name]
+            matches = index.lookup(column(keys))
+            on_lookup[name] += merges[name] - before
+            for path, positions in matches.by_file().items():
+                index.delete_positions(path, positions)
+            index.add_file(f"f{b}", column(keys))
+        if tidy:
+            assert tidied.tidy() == (b % 3 == 2)
+
+    for b in range(9):
+        batch(b, tidy=True)
+    assert on_lookup == {"tidied": 0, "plain": 2} and merges == {"tidied": 3, "plain": 2}
+    everything = column(list(range(1000)))
+    a, b = tidied.lookup(everything), plain.lookup(everything)
+    assert a.found.all() and b.found.all()
+    pairs = {
+        name: sorted(zip(m.key_rows.tolist(), map(m.file_path, m.file_ids), m.positions.tolist()))
+        for name, m in (("tidied", a), ("plain", b))
+    }
+    assert pairs["tidied"] == pairs["plain"]
+    for b in range(9, 16):  # no more tidies: a lookup merges past 250
+        batch(b, tidy=False)
+    assert on_lookup["tidied"] == 1

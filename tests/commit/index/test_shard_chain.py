@@ -228,3 +228,44 @@ def test_a_remembered_delta_is_handed_out_once_and_the_memo_is_bounded(
     cache.remember_delta("d5", *changes(1))
     cache.clear()
     assert cache.recall_delta("d5") is None
+
+
+def test_the_cache_tidies_stepped_shards_in_a_thread_that_every_use_waits_for(
+    sqlite_catalog: Any,
+) -> None:
+    """``tidy_in_background`` tidies the shards steps put, in a thread; taking a shard
+    waits for it, and a shard whose tidy failed is not handed out again."""
+    import threading
+    import time
+
+    table, manifest, shard_index = _chain(sqlite_catalog, "int")
+    a, b = manifest.shards[0], manifest.shards[1]
+    other = build_from_table(table.io, table.metadata)
+    cache = ShardCache()
+    done = threading.Event()
+    calls: list[str] = []
+
+    def slow_tidy() -> bool:
+        calls.append(threading.current_thread().name)
+        time.sleep(0.3)
+        done.set()
+        return True
+
+    shard_index.tidy = slow_tidy  # type: ignore[method-assign]
+    other.tidy = lambda: calls.append("not stepped") or False  # type: ignore[method-assign]
+    cache.put(a, shard_index, 1 << 30, stepped=True)
+    cache.put(b, other, 1 << 30)  # put by a rebuild, say: not tidied
+    cache.tidy_in_background()
+    assert cache.take(a) is shard_index and done.is_set()  # waited for the tidy
+    assert calls == ["calving-shard-tidy"] and (cache.tidied, cache.merged) == (1, 1)
+    cache.tidy_in_background()  # nothing stepped since: no thread
+    assert cache._tidying is None and calls == ["calving-shard-tidy"]
+
+    def broken_tidy() -> bool:
+        raise MemoryError("half merged")
+
+    shard_index.tidy = broken_tidy  # type: ignore[method-assign]
+    cache.put(a, shard_index, 1 << 30, stepped=True)
+    cache.tidy_in_background()
+    assert cache.take(a) is None and cache.shards() == [b.shard]
+    assert cache.nbytes == other.nbytes

@@ -53,12 +53,14 @@ def test_shards_step_on_their_owners_and_stay_cached_there(tmp_path: Path) -> No
     assert [s["shards"] for s in out["steps"]] == counts
     assert [s["hits"] for s in out["steps"]] == counts
     # Executor i caches shards s with s mod 2 == i, and no other.
-    assert {owner: shards for owner, shards in out["cached"]} == {0: [0, 2], 1: [1, 3]}
+    assert {owner: shards for owner, shards, _ in out["cached"]} == {0: [0, 2], 1: [1, 3]}
+    # Each owner's worker tidied the shards it stepped as its tasks ended.
+    assert all(tidied > 0 for _, _, tidied in out["cached"])
     # The restart with 8 shards split the 4 on the executors (no rebuild), each group
     # on the owner of its new shards, which the first steps found cached there; the
     # old shards are gone from the caches.
     assert out["reshards"] == [1, 0] and out["reshard_places"] == [0, 1]
-    assert {owner: shards for owner, shards in out["cached_after"]} == {
+    assert {owner: shards for owner, shards, _ in out["cached_after"]} == {
         0: [0, 2, 4, 6],
         1: [1, 3, 5, 7],
     }

@@ -136,6 +136,7 @@ def _task_batch(
         messages += [DataFileWritten(f, k) for f, k in files]
         messages += [KeysDeleted(k) for k in deleted]
         steps = run_task_steps(job, files, deleted, task if partitions else None)
+        shard_lookup.tidy_in_background()  # as a write task ends: beside what follows
         messages.append(ShardStepsTaken(steps))
     parsed = ParsedMessages.of(messages)
     records = len(upserts) + len(deletes)

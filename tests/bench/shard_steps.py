@@ -1,0 +1,191 @@
+"""Sharded mode's write-task steps: their time on a batch's critical path, with the
+shards tidied between tasks against without, in one run.
+
+A keyed table (``id`` long, a string, a long; ``--keys`` rows in files of 1M) is
+sharded (``--shards``) and upserted by ``--batches`` batches of ``--batch-keys``
+random existing keys (one in twenty deleted instead), split by key parity between two
+write tasks, each with a cache of its own as two Python workers would have
+(``shard_lookup.CACHE`` swapped per task). Each batch's two ``run_task_steps`` run one
+after the other here; on a cluster they run in parallel, so a batch's critical path is
+the longer of the two. The driver commits each batch (``Coordinator.prepare`` and
+``finish``, untimed). Two sides on the same keys, each on a table of its own:
+
+* ``tidied``: each task ends with ``ShardCache.tidy_in_background`` (as the write
+  tasks do); the tidy is joined before the next step and timed apart (off the critical
+  path on a cluster: the worker waits for its next task meanwhile);
+* ``plain``: no tidy (the peer): the merges happen in the steps' lookups.
+
+Figures: the steps' critical path summed over the batches after two warm-up batches
+(the first has no steps: the separate stage), and the CPU-seconds of the steps and
+tidies together (the tidy moves work; it does not save it).
+
+    python -m tests.bench.shard_steps [--keys N] [--shards S] [--batch-keys K] [--batches B]
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from tests.bench.figures import Figure
+
+QUICK = {"keys": 2_000_000, "shards": 4, "batch_keys": 50_000, "batches": 32}
+FULL = {"keys": 10_000_000, "shards": 16, "batch_keys": 100_000, "batches": 48}
+WARM = 2  # batches left out: the first goes to the separate stage, the next loads shards
+ROWS_PER_FILE = 1_000_000
+
+
+def _table(root: Path, keys: int) -> Any:
+    from calving.commit.catalog import SqlCatalog
+    from calving.commit.spec.arrow import schema_to_arrow
+    from calving.commit.table.actions.fast_append import FastAppend
+    from calving.commit.table.table import create_table
+    from calving.ingest.write.parquet_writer import write_data_file
+    from tests.support.cdc import SCHEMA
+
+    (root / "warehouse").mkdir()
+    catalog = SqlCatalog("bench", f"sqlite:///{root}/catalog.db", str(root / "warehouse"))
+    catalog.create_namespace(("db",))
+    properties = {"calving.index.mode": "sharded", "calving.index.driver-step-keys": "0"}
+    table = create_table(catalog, ("db", "t"), SCHEMA, properties=properties)
+    arrow = schema_to_arrow(SCHEMA)
+    files = []
+    for i, start in enumerate(range(0, keys, ROWS_PER_FILE)):
+        ids = np.arange(start, min(keys, start + ROWS_PER_FILE), dtype=np.int64)
+        rows = pa.table(
+            {"id": ids, "status": pa.array(["new"] * len(ids)), "version": np.zeros_like(ids)},
+            schema=arrow,
+        )
+        location = f"{table.metadata.location}/data/base-{i:05d}.parquet"
+        files.append(write_data_file(table.io, location, rows, SCHEMA))
+    table.commit_or_raise(FastAppend(tuple(files)))
+    return table
+
+
+def run_side(
+    root: Path, tidied: bool, keys: int, shards: int, batch_keys: int, batches: int
+) -> dict[str, float]:
+    """One side: the steps' critical path (seconds), their CPU-seconds with the tidies',
+    and the tidies' wall time, over the batches after the warm-up."""
+    from calving.commit.index import shard_lookup
+    from calving.commit.index.shard_lookup import LocalResolver, ShardCache
+    from calving.commit.index.sharded import ShardedIndex
+    from calving.commit.index.task_steps import run_task_steps
+    from calving.commit.spec.arrow import schema_to_arrow
+    from calving.commit.table.ledger import OffsetRange
+    from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
+    from calving.ingest.sink.messages import DataFileWritten, KeysDeleted, ShardStepsTaken
+    from calving.ingest.write.parquet_writer import write_data_file
+    from tests.support.cdc import SCHEMA
+
+    table = _table(root, keys)
+    arrow = schema_to_arrow(SCHEMA)
+    coordinator = Coordinator(table, "bench", index_save_every=1)
+    coordinator.sharded = ShardedIndex(table.io, LocalResolver(), shard_count=shards)
+    caches = [ShardCache(), ShardCache()]
+    rng = np.random.default_rng(25)  # the same keys on both sides
+    saved = shard_lookup.CACHE
+    critical = cpu = tidy = 0.0
+    offset = 0
+    try:
+        for b in range(batches):
+            job = coordinator.shard_job() if b else None
+            ids = np.unique(rng.integers(0, keys, batch_keys))
+            messages: list[Any] = []
+            longest = 0.0
+            for task in (0, 1):
+                mine = ids[ids % 2 == task]
+                gone, kept = mine[: len(mine) // 20], mine[len(mine) // 20 :]
+                upserted = pa.table({"id": pa.array(kept, pa.int64())})
+                rows = pa.table(
+                    {
+                        "id": kept,
+                        "status": pa.array(["u"] * len(kept)),
+                        "version": np.full(len(kept), b),
+                    },
+                    schema=arrow,
+                )
+                location = f"{table.metadata.location}/data/{uuid.uuid4()}.parquet"
+                data_file = write_data_file(table.io, location, rows, SCHEMA)
+                deleted = pa.table({"id": pa.array(gone, pa.int64())})
+                messages += [DataFileWritten(data_file, upserted), KeysDeleted(deleted)]
+                if job is None:
+                    continue
+                shard_lookup.CACHE = caches[task]
+                wall, process = time.perf_counter(), time.process_time()
+                steps = run_task_steps(job, [(data_file, upserted)], [deleted], task)
+                stepped = time.perf_counter() - wall
+                if tidied:
+                    caches[task].tidy_in_background()
+                    caches[task].settle()
+                if b >= WARM:
+                    longest = max(longest, stepped)
+                    cpu += time.process_time() - process
+                    tidy += time.perf_counter() - wall - stepped
+                if steps.unreadable:
+                    raise RuntimeError(f"batch {b}: {steps.unreadable}")
+                messages.append(ShardStepsTaken(steps))
+            critical += longest
+            parsed = ParsedMessages.of(messages)
+            parsed.ranges[("events", 0)] = OffsetRange(offset, offset + len(ids))
+            offset += len(ids)
+            prepared = coordinator.prepare(offset, parsed)
+            outcome = table.commit(prepared.action, from_cache=True)
+            if coordinator.finish(prepared, outcome).outcome != "committed":
+                raise RuntimeError(f"batch {b} did not commit")
+    finally:
+        shard_lookup.CACHE = saved
+    merged = sum(c.merged for c in caches)
+    return {"critical_s": critical, "cpu_s": cpu, "tidy_s": tidy, "merged": merged}
+
+
+def figures(quick: bool, **sizes: int) -> list[Figure]:
+    size = {**(QUICK if quick else FULL), **sizes}
+    with tempfile.TemporaryDirectory(prefix="calving-shard-steps-") as tmp:
+        sides = {}
+        for name in ("plain", "tidied"):
+            (Path(tmp) / name).mkdir()
+            sides[name] = run_side(Path(tmp) / name, name == "tidied", **size)
+    t, p = sides["tidied"], sides["plain"]
+    label = (
+        f"write-task shard steps, {size['keys'] / 1e6:g}M keys, {size['shards']} shards, "
+        f"{size['batch_keys']:,} keys a batch, {size['batches'] - WARM} batches"
+    )
+    return [
+        Figure(
+            "shard_steps",
+            f"{label}: critical path, s",
+            t["critical_s"],
+            "no tidy between tasks",
+            p["critical_s"],
+            note=f"tidies between tasks: {t['tidy_s']:.2f} s, {t['merged']} full merges",
+        ),
+        Figure(
+            "shard_steps",
+            f"{label}: CPU-s of the steps and tidies",
+            t["cpu_s"],
+            "no tidy between tasks",
+            p["cpu_s"],
+        ),
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for key, value in QUICK.items():
+        parser.add_argument(f"--{key.replace('_', '-')}", type=int, default=value)
+    args = parser.parse_args(argv)
+    from tests.bench.figures import render
+
+    print(render(figures(True, **{k: getattr(args, k) for k in QUICK})))
+
+
+if __name__ == "__main__":
+    main()

@@ -519,6 +519,26 @@ def _warm_up(env: Env) -> None:
                 else pyiceberg_peer(catalogs, kind, commits, topic, env.root)
             )
             drain(env, topic, sink, commits, work / f"ckpt-{i}-{side}", timeout=300)
+    _warm_every_executor(env.spark)
+
+
+def _import_the_write_path(task: int, item: int) -> list[int]:
+    import calving.commit.index.task_steps
+    import calving.ingest.sink.fused  # noqa: F401
+
+    return [os.getpid()]
+
+
+def _warm_every_executor(spark: Any) -> None:
+    """A calving Python worker on every executor, with the write path imported. The
+    warm-up streams are small: their ranges make one task, which warms one executor;
+    another's first task of the measured stream would start a worker (about a second
+    on this machine), in a first batch whose time then swung by 1.3 s from run to run."""
+    from calving.ingest.sink.spark_tasks import executors, run_tasks
+
+    places = executors(spark)
+    if len(places) > 1:
+        run_tasks(spark, _import_the_write_path, list(range(len(places))), places)
 
 
 # ---------------------------------------------------------------- CPU accounting

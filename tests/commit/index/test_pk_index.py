@@ -240,7 +240,9 @@ def test_a_full_merge_drops_the_deleted_entries_through_the_bitmap() -> None:
 
 
 @pytest.mark.parametrize("key_type", [LONG, STRING], ids=str)
-def test_tidy_takes_the_merges_off_the_lookups_as_often_as_they_merged(key_type: object) -> None:
+def test_tidy_takes_the_merges_off_the_lookups_as_often_as_they_merged(
+    key_type: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Once ``tidy`` (a worker's idle time) merges between batches, lookups leave the
     merges to it: as many merges as lookups alone did, none in a lookup, the same
     entries found; should the tidies stop, lookups merge again at twice the limit."""
@@ -262,7 +264,7 @@ def test_tidy_takes_the_merges_off_the_lookups_as_often_as_they_merged(key_type:
             merges[name] += 1
             merge()
 
-        index.compact = counted  # type: ignore[method-assign]
+        monkeypatch.setattr(index, "compact", counted)
     on_lookup = {"tidied": 0, "plain": 0}
 
     def batch(b: int, tidy: bool) -> None:  # 50 updates: past the limit every third

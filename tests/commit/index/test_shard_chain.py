@@ -231,7 +231,7 @@ def test_a_remembered_delta_is_handed_out_once_and_the_memo_is_bounded(
 
 
 def test_the_cache_tidies_stepped_shards_in_a_thread_that_every_use_waits_for(
-    sqlite_catalog: Any,
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``tidy_in_background`` tidies the shards steps put, in a thread; taking a shard
     waits for it, and a shard whose tidy failed is not handed out again."""
@@ -251,8 +251,8 @@ def test_the_cache_tidies_stepped_shards_in_a_thread_that_every_use_waits_for(
         done.set()
         return True
 
-    shard_index.tidy = slow_tidy  # type: ignore[method-assign]
-    other.tidy = lambda: calls.append("not stepped") or False  # type: ignore[method-assign]
+    monkeypatch.setattr(shard_index, "tidy", slow_tidy)
+    monkeypatch.setattr(other, "tidy", lambda: calls.append("not stepped") or False)
     cache.put(a, shard_index, 1 << 30, stepped=True)
     cache.put(b, other, 1 << 30)  # put by a rebuild, say: not tidied
     cache.tidy_in_background()
@@ -264,7 +264,7 @@ def test_the_cache_tidies_stepped_shards_in_a_thread_that_every_use_waits_for(
     def broken_tidy() -> bool:
         raise MemoryError("half merged")
 
-    shard_index.tidy = broken_tidy  # type: ignore[method-assign]
+    monkeypatch.setattr(shard_index, "tidy", broken_tidy)
     cache.put(a, shard_index, 1 << 30, stepped=True)
     cache.tidy_in_background()
     assert cache.take(a) is None and cache.shards() == [b.shard]

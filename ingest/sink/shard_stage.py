@@ -42,6 +42,7 @@ from calving.commit.index.shard_lookup import (
     ShardRequest,
     ShardResult,
     resolve_shards,
+    tidy_in_background,
 )
 from calving.commit.index.shard_rebuild import build_shards
 from calving.commit.index.sharded import ShardedIndex, choose_mode
@@ -78,7 +79,7 @@ def _steps(
 ) -> list[ShardResult]:
     owner, group = item
     results = resolve_shards(job, group, owner=owner)
-    CACHE.tidy_in_background()
+    tidy_in_background()
     return results
 
 

@@ -39,34 +39,50 @@ from tests.bench.figures import Figure
 QUICK = {"keys": 2_000_000, "shards": 4, "batch_keys": 50_000, "batches": 32}
 FULL = {"keys": 10_000_000, "shards": 16, "batch_keys": 100_000, "batches": 48}
 WARM = 2  # batches left out: the first goes to the separate stage, the next loads shards
-ROWS_PER_FILE = 1_000_000
 
 
 def _table(root: Path, keys: int) -> Any:
-    from calving.commit.catalog import SqlCatalog
+    """The keyed CDC table ``index_sharded`` streams into, in sharded mode."""
+    from calving.commit.table.actions.update_properties import UpdateProperties
+    from tests.bench.index_sharded import _cdc_table
+    from tests.bench.streaming import Catalogs
+
+    table = _cdc_table(Catalogs.at(root), keys)
+    properties = {"calving.index.mode": "sharded", "calving.index.driver-step-keys": "0"}
+    table.commit_or_raise(UpdateProperties(properties))
+    return table
+
+
+def _task_files(table: Any, ids: np.ndarray, version: int) -> tuple[Any, pa.Table, pa.Table]:
+    """One write task's share of a batch: a data file upserting all but one in twenty
+    of ``ids`` (with its keys), and the keys it deletes."""
     from calving.commit.spec.arrow import schema_to_arrow
-    from calving.commit.table.actions.fast_append import FastAppend
-    from calving.commit.table.table import create_table
     from calving.ingest.write.parquet_writer import write_data_file
     from tests.support.cdc import SCHEMA
 
-    (root / "warehouse").mkdir()
-    catalog = SqlCatalog("bench", f"sqlite:///{root}/catalog.db", str(root / "warehouse"))
-    catalog.create_namespace(("db",))
-    properties = {"calving.index.mode": "sharded", "calving.index.driver-step-keys": "0"}
-    table = create_table(catalog, ("db", "t"), SCHEMA, properties=properties)
-    arrow = schema_to_arrow(SCHEMA)
-    files = []
-    for i, start in enumerate(range(0, keys, ROWS_PER_FILE)):
-        ids = np.arange(start, min(keys, start + ROWS_PER_FILE), dtype=np.int64)
-        rows = pa.table(
-            {"id": ids, "status": pa.array(["new"] * len(ids)), "version": np.zeros_like(ids)},
-            schema=arrow,
-        )
-        location = f"{table.metadata.location}/data/base-{i:05d}.parquet"
-        files.append(write_data_file(table.io, location, rows, SCHEMA))
-    table.commit_or_raise(FastAppend(tuple(files)))
-    return table
+    gone, kept = ids[: len(ids) // 20], ids[len(ids) // 20 :]
+    upserted = pa.table({"id": pa.array(kept, pa.int64())})
+    columns = {
+        "id": kept,
+        "status": pa.array(["u"] * len(kept)),
+        "version": np.full(len(kept), version),
+    }
+    rows = pa.table(columns, schema=schema_to_arrow(SCHEMA))
+    location = f"{table.metadata.location}/data/{uuid.uuid4()}.parquet"
+    data_file = write_data_file(table.io, location, rows, SCHEMA)
+    return data_file, upserted, pa.table({"id": pa.array(gone, pa.int64())})
+
+
+def _commit(coordinator: Any, table: Any, messages: list[Any], start: int, end: int) -> None:
+    from calving.commit.table.ledger import OffsetRange
+    from calving.ingest.sink.coordinator import ParsedMessages
+
+    parsed = ParsedMessages.of(messages)
+    parsed.ranges[("events", 0)] = OffsetRange(start, end)
+    prepared = coordinator.prepare(end, parsed)
+    outcome = table.commit(prepared.action, from_cache=True)
+    if coordinator.finish(prepared, outcome).outcome != "committed":
+        raise RuntimeError(f"the batch ending at {end} did not commit")
 
 
 def run_side(
@@ -78,15 +94,10 @@ def run_side(
     from calving.commit.index.shard_lookup import LocalResolver, ShardCache
     from calving.commit.index.sharded import ShardedIndex
     from calving.commit.index.task_steps import run_task_steps
-    from calving.commit.spec.arrow import schema_to_arrow
-    from calving.commit.table.ledger import OffsetRange
-    from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
+    from calving.ingest.sink.coordinator import Coordinator
     from calving.ingest.sink.messages import DataFileWritten, KeysDeleted, ShardStepsTaken
-    from calving.ingest.write.parquet_writer import write_data_file
-    from tests.support.cdc import SCHEMA
 
     table = _table(root, keys)
-    arrow = schema_to_arrow(SCHEMA)
     coordinator = Coordinator(table, "bench", index_save_every=1)
     coordinator.sharded = ShardedIndex(table.io, LocalResolver(), shard_count=shards)
     caches = [ShardCache(), ShardCache()]
@@ -101,29 +112,16 @@ def run_side(
             messages: list[Any] = []
             longest = 0.0
             for task in (0, 1):
-                mine = ids[ids % 2 == task]
-                gone, kept = mine[: len(mine) // 20], mine[len(mine) // 20 :]
-                upserted = pa.table({"id": pa.array(kept, pa.int64())})
-                rows = pa.table(
-                    {
-                        "id": kept,
-                        "status": pa.array(["u"] * len(kept)),
-                        "version": np.full(len(kept), b),
-                    },
-                    schema=arrow,
-                )
-                location = f"{table.metadata.location}/data/{uuid.uuid4()}.parquet"
-                data_file = write_data_file(table.io, location, rows, SCHEMA)
-                deleted = pa.table({"id": pa.array(gone, pa.int64())})
+                data_file, upserted, deleted = _task_files(table, ids[ids % 2 == task], b)
                 messages += [DataFileWritten(data_file, upserted), KeysDeleted(deleted)]
                 if job is None:
                     continue
-                shard_lookup.CACHE = caches[task]
+                shard_lookup.CACHE = caches[task]  # this task's worker
                 wall, process = time.perf_counter(), time.process_time()
                 steps = run_task_steps(job, [(data_file, upserted)], [deleted], task)
                 stepped = time.perf_counter() - wall
                 if tidied:
-                    caches[task].tidy_in_background()
+                    shard_lookup.tidy_in_background()
                     caches[task].settle()
                 if b >= WARM:
                     longest = max(longest, stepped)
@@ -133,13 +131,8 @@ def run_side(
                     raise RuntimeError(f"batch {b}: {steps.unreadable}")
                 messages.append(ShardStepsTaken(steps))
             critical += longest
-            parsed = ParsedMessages.of(messages)
-            parsed.ranges[("events", 0)] = OffsetRange(offset, offset + len(ids))
+            _commit(coordinator, table, messages, offset, offset + len(ids))
             offset += len(ids)
-            prepared = coordinator.prepare(offset, parsed)
-            outcome = table.commit(prepared.action, from_cache=True)
-            if coordinator.finish(prepared, outcome).outcome != "committed":
-                raise RuntimeError(f"batch {b} did not commit")
     finally:
         shard_lookup.CACHE = saved
     merged = sum(c.merged for c in caches)

@@ -10,21 +10,19 @@ chain; the driver merges the positions into deletion vectors and names the chain
 the next manifest. Nothing here knows Spark: the Spark job (``calving.ingest.sink.
 shard_stage``) and ``LocalResolver`` run the same ``resolve_shards``.
 
-The cache (``ShardCache``, one per Python process) is keyed by the chain's file names.
-Names are unique per content (a UUID each), so a cached shard is either the chain the
-manifest names or not used: a stale copy cannot be read. A step takes its shard out of
+The cache (``shard_cache.ShardCache``, one per Python process: ``CACHE``) is keyed by
+the chain's file names, so a stale copy cannot be read. A step takes its shard out of
 the cache, changes it in place and puts it back under the chain it wrote; when the
-commit then fails, nothing names that chain and the entry ages out. As a task ends,
-the shards its steps put are tidied in a thread (``tidy_in_background``: their full
-merges, which lookups would otherwise do) while the worker waits for its next task;
-every use of the cache waits for that thread first.
+commit then fails, nothing names that chain and the entry ages out. In the cache's
+background thread, while the worker waits, a write task reads ahead the shards its steps
+will take (``read_ahead_in_background``) and a task that ends tidies those it stepped
+(``tidy_in_background``).
 """
 
 from __future__ import annotations
 
-import threading
+import logging
 import time
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -35,6 +33,7 @@ from calving.commit.errors import FileNotFoundInTableError
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import KeyCodec, Keys
 from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
+from calving.commit.index.shard_cache import ShardCache
 from calving.commit.index.shard_chain import (
     AddedFile,
     Deleted,
@@ -53,10 +52,10 @@ from calving.commit.io import FileIO
 from calving.commit.io_sync import synced_together
 from calving.commit.spec.sorted_sets import dense_ids, unique_sorted
 
+log = logging.getLogger(__name__)
+
 #: Bytes of shards a Python process keeps between batches (least recently used go).
 DEFAULT_CACHE_BYTES = 1 << 30
-#: Bytes of its own deltas' changes a Python process keeps for its next step.
-DELTA_MEMO_BYTES = 64 << 20
 #: A batch of up to ``calving.index.driver-step-keys`` keys whose shards hold up to
 #: this many entries in all runs its steps in the driver (no Spark job).
 DRIVER_SHARD_ENTRIES = 2_000_000
@@ -148,205 +147,6 @@ class ShardResolver(Protocol):
         ...
 
 
-# ---------------------------------------------------------------- the cache
-
-
-def _chain_key(chain: ShardFile) -> tuple[str, ...]:
-    return (chain.location, *chain.deltas)
-
-
-class ShardCache:
-    """Shards by chain, least recently used evicted past ``max_bytes``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, ...], PrimaryKeyIndex] = OrderedDict()
-        self._shards: dict[tuple[str, ...], int] = {}
-        #: Each entry's bytes when it was put (an entry is not changed in the cache: a
-        #: step takes it out, changes it and puts it back).
-        self._bytes: dict[tuple[str, ...], int] = {}
-        self._total = 0
-        #: Deltas this process's write tasks wrote, by location, until a step brings
-        #: a cached shard forward by them (then they are not read back from storage).
-        self._deltas: OrderedDict[str, tuple[tuple[AddedFile, ...], Deleted, int]] = OrderedDict()
-        self._delta_bytes = 0
-        self.hits = 0
-        self.misses = 0
-        #: Entries a step put since the last tidy, and the thread tidying them (every
-        #: use of the entries waits for it first: ``settle``).
-        self._stepped: set[tuple[str, ...]] = set()
-        self._tidying: threading.Thread | None = None
-        #: Shards tidied in the background, and how many of them merged fully.
-        self.tidied = 0
-        self.merged = 0
-
-    def settle(self) -> None:
-        """Wait for a background tidy (``tidy_in_background``) to end."""
-        thread = self._tidying
-        if thread is not None and thread is not threading.current_thread():
-            thread.join()
-            with self._lock:
-                if self._tidying is thread:  # not a newer tidy's
-                    self._tidying = None
-
-    def tidy_in_background(self) -> None:
-        """Tidy (``PrimaryKeyIndex.tidy``) the shards the steps put since the last
-        call, in a thread of their own: a task calls it as it ends, so the merges a
-        lookup would do run while the worker waits for its next task, not on the
-        batch's critical path. Every use of the cache waits for the thread first; a
-        shard whose tidy fails is dropped (read again when asked for)."""
-        self.settle()
-        with self._lock:
-            keys = [k for k in self._stepped if k in self._entries]
-            self._stepped.clear()
-        if keys:
-            self._tidying = threading.Thread(
-                target=self._tidy, args=(keys,), name="calving-shard-tidy", daemon=True
-            )
-            self._tidying.start()
-
-    def _tidy(self, keys: Sequence[tuple[str, ...]]) -> None:
-        for key in keys:
-            index = self._entries.get(key)
-            if index is None:
-                continue
-            try:
-                merged = index.tidy()
-            except Exception:  # noqa: BLE001 - any failure: a half-merged shard is not used again
-                with self._lock:
-                    self._drop(key)
-                continue
-            with self._lock:
-                self.tidied += 1
-                self.merged += merged
-                self._total += index.nbytes - self._bytes[key]
-                self._bytes[key] = index.nbytes
-
-    def _drop(self, key: tuple[str, ...]) -> PrimaryKeyIndex | None:
-        """Take entry ``key`` out (the lock held)."""
-        index = self._entries.pop(key, None)
-        self._stepped.discard(key)
-        self._shards.pop(key, None)
-        self._total -= self._bytes.pop(key, 0)
-        return index
-
-    def take(self, chain: ShardFile) -> PrimaryKeyIndex | None:
-        self.settle()
-        with self._lock:
-            index = self._drop(_chain_key(chain))
-            if index is None:
-                self.misses += 1
-            else:
-                self.hits += 1
-            return index
-
-    def take_prefix(self, chain: ShardFile, deltas: int = 0) -> tuple[PrimaryKeyIndex, int] | None:
-        """The cached shard of the longest earlier state of ``chain`` (its base and
-        the first ``n`` of its deltas, ``n`` at least ``deltas``), and ``n``; None when
-        none is cached."""
-        wanted = _chain_key(chain)
-        self.settle()
-        with self._lock:
-            earlier = [
-                k for k in self._entries if deltas < len(k) < len(wanted) and wanted[: len(k)] == k
-            ]
-            best = max(earlier, key=len, default=None)
-            if best is None:
-                return None
-            self.hits += 1
-            index = self._drop(best)
-            assert index is not None
-            return index, len(best) - 1
-
-    def put(
-        self, chain: ShardFile, index: PrimaryKeyIndex, max_bytes: int, stepped: bool = False
-    ) -> None:
-        """Cache ``index`` as ``chain`` has it (``stepped``: a step looked keys up in
-        it; the next ``tidy_in_background`` tidies it)."""
-        key = _chain_key(chain)
-        size = index.nbytes
-        self.settle()
-        with self._lock:
-            self._drop(key)
-            if stepped:
-                self._stepped.add(key)
-            self._entries[key] = index
-            self._shards[key] = chain.shard
-            self._bytes[key] = size
-            self._total += size
-            while len(self._entries) > 1 and self._total > max_bytes:
-                self._drop(next(iter(self._entries)))
-
-    def keep(self, owner: int, owners: int) -> None:
-        """Drop every shard but those of owner ``owner`` of ``owners`` (shard ``s``
-        belongs to owner ``s mod owners``): a process that steps its own shards holds
-        no copy of another's (a rebuild's task, or a task of an earlier placement,
-        left it here)."""
-        self.settle()
-        with self._lock:
-            for key in [k for k, s in self._shards.items() if s % owners != owner]:
-                self._drop(key)
-
-    def forget(self, base: str) -> None:
-        """Drop every cached state of the chains on base file ``base`` (a shard a
-        reshard replaced: nothing will ask for it again)."""
-        self.settle()
-        with self._lock:
-            for key in [k for k in self._entries if k[0] == base]:
-                self._drop(key)
-
-    @property
-    def nbytes(self) -> int:
-        """The entries' bytes, each as it was put (or last tidied)."""
-        self.settle()
-        with self._lock:
-            return self._total
-
-    def shards(self) -> list[int]:
-        """The shard numbers cached (one a cached state), in order."""
-        self.settle()
-        with self._lock:
-            return sorted(self._shards.values())
-
-    def remember_delta(self, location: str, added: Sequence[AddedFile], deleted: Deleted) -> None:
-        """The changes of the delta just written at ``location`` (a file is never
-        written twice: its name is unique). At most ``DELTA_MEMO_BYTES`` are kept, the
-        oldest dropped first (a delta no step asked for: its commit failed, or the
-        worker holds no earlier state of its shard)."""
-        size = deleted.keys.nbytes + deleted.positions.nbytes + deleted.file_index.nbytes
-        size += sum(f.keys.nbytes + f.positions.nbytes for f in added)
-        with self._lock:
-            self._deltas[location] = (tuple(added), deleted, size)
-            self._delta_bytes += size
-            while self._delta_bytes > DELTA_MEMO_BYTES:
-                self._delta_bytes -= self._deltas.popitem(last=False)[1][2]
-
-    def recall_delta(self, location: str) -> tuple[list[AddedFile], Deleted] | None:
-        """The changes ``remember_delta`` kept for ``location`` (forgotten now), or
-        None."""
-        with self._lock:
-            kept = self._deltas.pop(location, None)
-            if kept is None:
-                return None
-            self._delta_bytes -= kept[2]
-            return list(kept[0]), kept[1]
-
-    def clear(self) -> None:
-        self.settle()
-        with self._lock:
-            self._stepped.clear()
-            self._entries.clear()
-            self._shards.clear()
-            self._bytes.clear()
-            self._total = 0
-            self._deltas.clear()
-            self._delta_bytes = 0
-
-    def __len__(self) -> int:
-        self.settle()
-        return len(self._entries)
-
-
 #: This process's shards (a reused Python worker keeps them across batches).
 CACHE = ShardCache()
 
@@ -356,6 +156,47 @@ def tidy_in_background() -> None:
     for its next task (``ShardCache.tidy_in_background``). A function, not the cache's
     method, so that a task's closure names it instead of pickling the cache."""
     CACHE.tidy_in_background()
+
+
+#: A write task's read-ahead reads the shards its worker does not cache only when all
+#: of the manifest's shards fit the cache at this many bytes an entry (else it brings
+#: forward those the cache holds a state of, and the steps read the others).
+READ_AHEAD_BYTES_PER_ENTRY = 64
+
+
+def read_ahead_in_background(job: ShardJob | None) -> None:
+    """A write task's first act in sharded mode (steps in the write tasks): while the
+    task waits for its input and its Kafka records, the cache's background thread
+    brings each shard the worker caches forward to the chain ``job``'s manifest names
+    (by the other tasks' deltas, read from storage), or reads it when the whole index
+    fits the cache, and tidies it; the task's steps, on the batch's critical path, then
+    find the very chain cached and only look up and write. A shard it cannot read is
+    left to the step, which reads it again and reports it. A catch-up is left to the
+    steps too (each shard follows the other writers' commits there)."""
+    if job is None or not job.in_task or job.catch_up is not None:
+        return
+    CACHE.run_in_background(lambda: _read_ahead(job), "calving-shard-read-ahead")
+
+
+def _read_ahead(job: ShardJob) -> None:
+    io = FileIO(dict(job.io_properties))
+    manifest = job.manifest
+    entries = sum(chain.entries for chain in manifest.shards)
+    load = entries * READ_AHEAD_BYTES_PER_ENTRY <= job.cache_bytes
+    for chain in manifest.shards:
+        try:
+            got = (
+                _shard(io, manifest, chain, job.rebased)
+                if load
+                else _cached_shard(io, manifest, chain, job.rebased, count_miss=False)
+            )
+            if got is None:
+                continue
+            got[0].tidy()
+        except Exception as err:  # noqa: BLE001 - any failure: the step reads the shard again, and reports it
+            log.debug("shard %d not read ahead: %s: %s", chain.shard, type(err).__name__, err)
+            continue
+        CACHE.put(chain, got[0], job.cache_bytes, ahead=got[1])
 
 
 # ---------------------------------------------------------------- the steps
@@ -505,13 +346,28 @@ def _shard(
     chain: ShardFile,
     rebased: Mapping[str, tuple[str, ...]],
 ) -> tuple[PrimaryKeyIndex, bool]:
-    """The shard's index and whether the cache had it: the very chain, or an earlier
-    state of it that the chain's later deltas (read from storage) bring forward (its
-    base may be a rebase of a cached chain: ``rebased``), or else the whole chain read."""
-    index = CACHE.take(chain)
-    if index is not None:
-        apply_aliases(index, manifest.aliases)
-        return index, True
+    """The shard's index and whether the cache had it (``_cached_shard``), or else the
+    whole chain read."""
+    got = _cached_shard(io, manifest, chain, rebased)
+    return got if got is not None else (load_chain(io, manifest, chain), False)
+
+
+def _cached_shard(
+    io: FileIO,
+    manifest: ShardManifest,
+    chain: ShardFile,
+    rebased: Mapping[str, tuple[str, ...]],
+    count_miss: bool = True,
+) -> tuple[PrimaryKeyIndex, bool] | None:
+    """The shard's index from the cache, and whether the cache held it (False: a
+    read-ahead read it): the very chain, or an earlier state of it that the chain's
+    later deltas (read from storage) bring forward (its base may be a rebase of a
+    cached chain: ``rebased``); None when the cache holds no state of it
+    (``count_miss``: a miss of the cache's count)."""
+    got = CACHE.take_for_step(chain, count_miss)
+    if got is not None:
+        apply_aliases(got[0], manifest.aliases)
+        return got
     same = chain
     earlier = CACHE.take_prefix(chain)
     if earlier is None and chain.location in rebased:
@@ -521,7 +377,7 @@ def _shard(
         same = replace(chain, location=held[0], deltas=(*held[1:], *chain.deltas))
         earlier = CACHE.take_prefix(same, len(held) - 1)
     if earlier is None:
-        return load_chain(io, manifest, chain), False
+        return None
     index, applied = earlier
     try:
         apply_aliases(index, manifest.aliases)  # files renamed after its last step

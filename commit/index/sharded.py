@@ -131,8 +131,10 @@ class ShardedIndex:
     reshard: Reshard | None = None
     reshards: int = 0
     reshard_seconds: float = 0.0
-    #: Batches whose keys the write tasks resolved (``task_steps``).
+    #: Batches whose keys the write tasks resolved (``task_steps``), and their steps
+    #: that found the shard as the task's read-ahead left it.
     in_tasks: int = 0
+    read_ahead: int = 0
     #: Keys the last batch looked up (a small batch on small shards steps in the driver;
     #: None before the first batch, whose size is not known: its write tasks step).
     last_keys: int | None = None
@@ -357,6 +359,7 @@ class ShardedIndex:
             log.info("index shards: the write tasks' steps not used (%s)", merged)
             return None
         self.in_tasks += 1
+        self.read_ahead += sum(p.steps.read_ahead for p in placed)
         self.last_keys = file_rows + delete_rows
         self.last_tasks = len(placed)
         tasks = [p.steps.task for p in placed]

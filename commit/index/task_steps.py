@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from calving.commit.errors import CalvingError
+from calving.commit.index import shard_lookup
 from calving.commit.index.matches import Matches
 from calving.commit.index.shard_batch import BatchKeys, merge_results
 from calving.commit.index.shard_lookup import ShardJob, ShardResult, resolve_shards
@@ -67,6 +68,8 @@ class TaskSteps:
     seconds: float = 0.0
     #: The write task's partition (None: unknown), which the next rebase names.
     task: int | None = None
+    #: Steps that found their shard as the task's read-ahead left it.
+    read_ahead: int = 0
 
 
 def run_task_steps(
@@ -85,6 +88,7 @@ def run_task_steps(
     delete_rows = (keys.num_rows if keys is not None else 0) - file_rows
     manifest = job.manifest
     out = TaskSteps(job.manifest_location, job.snapshot_id, file_rows, delete_rows, task=task)
+    ahead = shard_lookup.CACHE.taken_ahead
     try:
         batch = BatchKeys.of(manifest, keys, files)
         results = resolve_shards(job, batch.requests(manifest, None), task)
@@ -104,6 +108,7 @@ def run_task_steps(
         positions=matches.positions,
         cache_hits=sum(r.cache_hit for r in results),
         seconds=time.perf_counter() - started,
+        read_ahead=shard_lookup.CACHE.taken_ahead - ahead,
     )
 
 
@@ -260,6 +265,7 @@ def steps_to_payload(steps: TaskSteps) -> tuple[str, bytes]:
         "unreadable": steps.unreadable,
         "seconds": steps.seconds,
         "task": steps.task,
+        "read_ahead": steps.read_ahead,
     }
     # 12 bytes a match: a row position is a uint32 in the index, and so is a key's row
     # among a task's keys (pyarrow refuses a value that does not fit, never wraps it).
@@ -306,4 +312,5 @@ def steps_from_payload(payload: str, matches: bytes) -> TaskSteps:
         str(head["unreadable"]),
         float(head["seconds"]),
         None if head.get("task") is None else int(head["task"]),
+        int(head.get("read_ahead", 0)),
     )

@@ -18,7 +18,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from calving.commit.index.shard_lookup import ShardJob, tidy_in_background
+from calving.commit.index.shard_lookup import (
+    ShardJob,
+    read_ahead_in_background,
+    tidy_in_background,
+)
 from calving.commit.index.task_steps import run_task_steps
 from calving.commit.io import FileIO
 from calving.commit.spec.metadata import TableMetadata, parse_metadata
@@ -203,6 +207,7 @@ def collapse_and_write(plan: TaskPlan) -> TaskFunction:
     the batch touched so the driver deletes earlier versions with deletion vectors."""
 
     def run(batches: Batches) -> Batches:
+        read_ahead_in_background(plan.shard_job)  # while the shuffled rows come
         parts = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
         if not parts:
             yield encode([])

@@ -53,8 +53,9 @@ def _steps(
 
 def test_steps_round_trip_through_the_message_payload() -> None:
     steps = _steps((ShardFile(0, "s0-base", 11, 7, ("d1", "t0")),), [0, 2], ("a",), [0, 0], [3, 9])
-    steps = replace(steps, task=3)
+    steps = replace(steps, task=3, read_ahead=2)
     back = steps_from_payload(*steps_to_payload(steps))
+    assert back.read_ahead == 2
     assert (
         back.task == 3
         and steps_from_payload(*steps_to_payload(replace(steps, task=None))).task is None

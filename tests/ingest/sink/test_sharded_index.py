@@ -10,6 +10,7 @@ import copy
 import logging
 import random
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -117,10 +118,15 @@ class Writer:
 
 
 def _task_batch(
-    writer: Writer, upserts: dict[int, str], deletes: Sequence[int], partitions: bool = False
+    writer: Writer,
+    upserts: dict[int, str],
+    deletes: Sequence[int],
+    partitions: bool = False,
+    read_ahead: bool = False,
 ) -> Any:
     """A batch whose keys two write tasks (odd and even ids) resolve themselves;
-    ``partitions``: the tasks know their partitions (0 and 1), as Spark tasks do."""
+    ``partitions``: the tasks know their partitions (0 and 1), as Spark tasks do;
+    ``read_ahead``: each task starts by reading its shards ahead, as Spark's do."""
     job = writer.coordinator.shard_job()
     assert job is not None and job.in_task
     messages: list[Any] = []
@@ -135,6 +141,8 @@ def _task_batch(
         deleted = [writer._keys(gone)] if gone else []
         messages += [DataFileWritten(f, k) for f, k in files]
         messages += [KeysDeleted(k) for k in deleted]
+        if read_ahead:
+            shard_lookup.read_ahead_in_background(job)  # beside the task's writes
         steps = run_task_steps(job, files, deleted, task if partitions else None)
         shard_lookup.tidy_in_background()  # as a write task ends: beside what follows
         messages.append(ShardStepsTaken(steps))
@@ -146,15 +154,17 @@ def _task_batch(
     return writer.finish(prepared, upserts, deletes)
 
 
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["in-step", "read-ahead"])
 def test_write_tasks_leave_their_worker_the_shard_as_the_manifest_names_it(
-    sqlite_catalog: Any,
+    sqlite_catalog: Any, read_ahead: bool
 ) -> None:
     """Two write tasks in one process step the same shard: the second finds the shard
     the first left (the manifest's chain, not the first task's delta applied), and the
-    next batch brings it forward by the batch's two deltas, read in order."""
+    next batch brings it forward by the batch's two deltas, read in order (by the step,
+    or by the task's read-ahead: counted once either way)."""
     table = create_table(
         sqlite_catalog,
-        ("db", "in_tasks"),
+        ("db", f"in_tasks_{read_ahead}"),
         EVENTS,
         properties={"calving.index.driver-step-keys": "0"},
     )
@@ -165,7 +175,7 @@ def test_write_tasks_leave_their_worker_the_shard_as_the_manifest_names_it(
         upserts = {k: f"b{b}-{k}" for k in rng.sample(range(200), 40)}
         live = sorted(set(writer.expected) - set(upserts))
         hits, misses = shard_lookup.CACHE.hits, shard_lookup.CACHE.misses
-        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)))
+        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)), read_ahead=read_ahead)
         if b:  # the first task: not the new chain (a miss) but its earlier state (a
             # hit), brought forward; the second: the very chain the first left.
             got = (shard_lookup.CACHE.hits, shard_lookup.CACHE.misses)
@@ -177,17 +187,19 @@ def test_write_tasks_leave_their_worker_the_shard_as_the_manifest_names_it(
     assert sharded.in_tasks == 4 and sharded.rebuilds == 0
 
 
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["in-step", "read-ahead"])
 @pytest.mark.parametrize("deltas", ["16", "2"], ids=["chained", "rebased"])
 def test_a_worker_reads_back_only_the_other_tasks_deltas(
-    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch, deltas: str
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch, deltas: str, read_ahead: bool
 ) -> None:
     """Two write tasks in two workers (a cache each): a worker brings its cached
     shards forward by the batch's deltas, its own from what it remembered when it wrote
     them, the other task's read from storage; the table reads back exactly, with
-    chains that grow (``chained``) and with a rebase every batch (``rebased``)."""
+    chains that grow (``chained``) and with a rebase every batch (``rebased``). With
+    the read-ahead, every delta is read in its thread, none by the steps."""
     table = create_table(
         sqlite_catalog,
-        ("db", f"own_deltas_{deltas}"),
+        ("db", f"own_deltas_{deltas}_{read_ahead}"),
         EVENTS,
         properties={"calving.index.driver-step-keys": "0", "calving.index.shard-deltas": deltas},
     )
@@ -195,17 +207,21 @@ def test_a_worker_reads_back_only_the_other_tasks_deltas(
     caches = [shard_lookup.ShardCache(), shard_lookup.ShardCache()]
     wrote: list[set[str]] = [set(), set()]
     read: list[set[str]] = [set(), set()]
+    threads: set[str] = set()
     worker = [0]
     read_delta, step = shard_lookup.read_delta, run_task_steps
 
     def reading(io: Any, manifest: Any, shard: int, location: str) -> Any:
         read[worker[0]].add(location)
+        threads.add(threading.current_thread().name)
         return read_delta(io, manifest, shard, location)
 
     def stepping(job: Any, files: Any, deleted: Any, task: int | None = None) -> Any:
         assert task is not None
         worker[0] = task
         monkeypatch.setattr(shard_lookup, "CACHE", caches[task])
+        if read_ahead:
+            shard_lookup.read_ahead_in_background(job)
         steps = step(job, files, deleted, task)
         assert not steps.unreadable, steps.unreadable
         wrote[task] |= {c.deltas[-1] for c in steps.chains if c.deltas}
@@ -223,6 +239,60 @@ def test_a_worker_reads_back_only_the_other_tasks_deltas(
         assert read[me] and not read[me] & wrote[me]  # its own: never read back
         assert read[me] <= wrote[other]
     assert sum(c.hits for c in caches) >= 2 * 2 * 4  # every step after the first batch
+    assert threads == ({"calving-shard-read-ahead"} if read_ahead else {"MainThread"})
+
+
+def test_a_read_ahead_that_fails_or_does_not_fit_leaves_the_shards_to_the_steps(
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-ahead that cannot bring a shard forward leaves it to the step, which
+    reads the chain again; one whose index would not fit the cache brings forward only
+    the shards the worker holds, the steps reading the others (a miss each, counted
+    once); the table reads back exactly."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", "read_ahead_left"),
+        EVENTS,
+        properties={"calving.index.driver-step-keys": "0"},
+    )
+    writer = Writer(table, shards=2)
+    apply_changes = shard_lookup.apply_changes
+    failed: list[int] = []
+
+    def flaky(index: Any, added: Any, deleted: Any) -> None:
+        if threading.current_thread().name == "calving-shard-read-ahead" and not failed:
+            failed.append(len(added))
+            raise OSError("connection reset")
+        apply_changes(index, added, deleted)
+
+    monkeypatch.setattr(shard_lookup, "apply_changes", flaky)
+    rng = random.Random(11)
+    for b in range(3):
+        upserts = {k: f"b{b}-{k}" for k in rng.sample(range(200), 40)}
+        live = sorted(set(writer.expected) - set(upserts))
+        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)), read_ahead=True)
+    assert len(failed) == 1
+    writer.check()
+    # An index that would not fit the cache: nothing uncached is read ahead.
+    monkeypatch.setattr(shard_lookup, "READ_AHEAD_BYTES_PER_ENTRY", 1 << 40)
+    shard_lookup.CACHE.clear()
+    job = writer.coordinator.shard_job()
+    assert job is not None
+    shard_lookup.read_ahead_in_background(job)
+    assert len(shard_lookup.CACHE) == 0
+    misses = shard_lookup.CACHE.misses
+    upserts = {k: f"b3-{k}" for k in rng.sample(range(200), 40)}
+    _task_batch(writer, upserts, [], read_ahead=True)
+    assert shard_lookup.CACHE.misses == misses + 2  # the first task's steps read both
+    writer.check()
+    # One that fits: the read-ahead reads the shards, and counts their misses once.
+    monkeypatch.undo()
+    shard_lookup.CACHE.clear()
+    misses, hits = shard_lookup.CACHE.misses, shard_lookup.CACHE.hits
+    upserts = {k: f"b4-{k}" for k in rng.sample(range(200), 40)}
+    _task_batch(writer, upserts, [], read_ahead=True)
+    assert (shard_lookup.CACHE.misses, shard_lookup.CACHE.hits) == (misses + 2, hits + 2)
+    writer.check()
 
 
 @pytest.mark.parametrize("partitions", [False, True], ids=["every-task", "one-writer"])

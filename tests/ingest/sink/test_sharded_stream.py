@@ -76,6 +76,8 @@ def test_a_cdc_stream_in_sharded_mode_reads_back_exactly(
     assert sharded.resolver.in_driver == 0  # every batch's steps in Spark tasks
     # Most in the write tasks themselves; the rest (a chain to rebase) in a stage apart.
     assert sharded.in_tasks >= len(sink.coordinator.history) // 2 > 0
+    # Their steps found their shards read ahead as the tasks waited for their records.
+    assert sharded.read_ahead > 0
     assert sink.coordinator.index is None  # the driver built no index
     assert sum(s.deleted_rows for s in sink.coordinator.history) > 0
     assert names_shards(table.metadata)

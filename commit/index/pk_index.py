@@ -469,7 +469,16 @@ class PrimaryKeyIndex:
         return True
 
     def compact(self) -> None:
-        """Merge everything into one sorted base run without dead entries."""
+        """Merge everything into one sorted base run without dead entries (nothing to
+        do when the base is all there is: a shard just read, or just merged)."""
+        if not (
+            self._pending
+            or self._tomb_pending
+            or len(self._delta)
+            or len(self._tomb)
+            or self._dead_entries
+        ):
+            return
         if self._tomb_pending:
             self._tomb = insert_sorted(self._tomb, np.concatenate(self._tomb_pending))
             self._tomb_pending = []

@@ -14,6 +14,7 @@ thread first (``settle``).
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -21,6 +22,9 @@ from collections.abc import Callable, Sequence
 from calving.commit.index.pk_index import PrimaryKeyIndex
 from calving.commit.index.shard_chain import AddedFile, Deleted
 from calving.commit.index.shards import ShardFile
+from calving.commit.io import FileIO
+
+log = logging.getLogger(__name__)
 
 #: Bytes of its own deltas' changes a Python process keeps for its next step.
 DELTA_MEMO_BYTES = 64 << 20
@@ -60,6 +64,9 @@ class ShardCache:
         self.merged = 0
         #: Shards steps took as a read-ahead left them.
         self.taken_ahead = 0
+        #: Bases a read-ahead wrote, by the chain whose rows they hold (with the
+        #: ``FileIO`` that wrote them: one no step took is deleted as the task ends).
+        self._bases: dict[tuple[str, ...], tuple[ShardFile, FileIO]] = {}
 
     def settle(self) -> None:
         """Wait for the background thread (a tidy or a read-ahead) to end."""
@@ -83,15 +90,38 @@ class ShardCache:
         call, in the background thread: a task calls it as it ends, so the merges a
         lookup would do run while the worker waits for its next task, not on the
         batch's critical path. A shard whose tidy fails is dropped (read again when
-        asked for)."""
+        asked for). The bases a read-ahead wrote that no step took are deleted there
+        too (nothing names them)."""
         self.settle()
         with self._lock:
             keys = [k for k in self._stepped if k in self._entries]
             self._stepped.clear()
-        if keys:
-            self.run_in_background(lambda: self._tidy(keys), "calving-shard-tidy")
+            spare = list(self._bases.values())
+            self._bases.clear()
+        if keys or spare:
+            self.run_in_background(lambda: self._tidy(keys, spare), "calving-shard-tidy")
 
-    def _tidy(self, keys: Sequence[tuple[str, ...]]) -> None:
+    def keep_base(self, chain: ShardFile, base: ShardFile, io: FileIO) -> None:
+        """A base a read-ahead wrote, holding ``chain``'s rows, for the step that
+        rebases it (``take_base``)."""
+        with self._lock:
+            self._bases[_chain_key(chain)] = (base, io)
+
+    def take_base(self, chain: ShardFile) -> ShardFile | None:
+        """The base a read-ahead wrote for ``chain`` (handed out once), or None."""
+        self.settle()
+        with self._lock:
+            kept = self._bases.pop(_chain_key(chain), None)
+            return None if kept is None else kept[0]
+
+    def _tidy(
+        self, keys: Sequence[tuple[str, ...]], spare: Sequence[tuple[ShardFile, FileIO]] = ()
+    ) -> None:
+        for base, io in spare:
+            try:
+                io.delete(base.location)
+            except Exception as err:  # noqa: BLE001 - an orphan file: orphan removal takes it
+                log.info("could not delete %s: %s", base.location, err)
         for key in keys:
             index = self._entries.get(key)
             if index is None:
@@ -247,6 +277,7 @@ class ShardCache:
         with self._lock:
             self._stepped.clear()
             self._ahead.clear()
+            self._bases.clear()
             self._entries.clear()
             self._shards.clear()
             self._bytes.clear()

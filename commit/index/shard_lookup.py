@@ -164,21 +164,24 @@ def tidy_in_background() -> None:
 READ_AHEAD_BYTES_PER_ENTRY = 64
 
 
-def read_ahead_in_background(job: ShardJob | None) -> None:
-    """A write task's first act in sharded mode (steps in the write tasks): while the
-    task waits for its input and its Kafka records, the cache's background thread
-    brings each shard the worker caches forward to the chain ``job``'s manifest names
-    (by the other tasks' deltas, read from storage), or reads it when the whole index
-    fits the cache, and tidies it; the task's steps, on the batch's critical path, then
-    find the very chain cached and only look up and write. A shard it cannot read is
-    left to the step, which reads it again and reports it. A catch-up is left to the
-    steps too (each shard follows the other writers' commits there)."""
+def read_ahead_in_background(job: ShardJob | None, task: int | None = None) -> None:
+    """A write task's first act in sharded mode (steps in the write tasks; ``task``: its
+    partition): while the task waits for its input and its Kafka records, the cache's
+    background thread brings each shard the worker caches forward to the chain
+    ``job``'s manifest names (by the other tasks' deltas, read from storage), or reads
+    it when the whole index fits the cache, and tidies it; and writes the new base of
+    each shard due for a rebase that this task writes (``ShardJob.writes_base``). The
+    task's steps, on the batch's critical path, then find the very chain cached (and
+    its base written) and only look up and write their deltas. A shard it cannot read,
+    or a base it cannot write, is left to the step, which does it again and reports
+    it. A catch-up is left to the steps too (each shard follows the other writers'
+    commits there)."""
     if job is None or not job.in_task or job.catch_up is not None:
         return
-    CACHE.run_in_background(lambda: _read_ahead(job), "calving-shard-read-ahead")
+    CACHE.run_in_background(lambda: _read_ahead(job, task), "calving-shard-read-ahead")
 
 
-def _read_ahead(job: ShardJob) -> None:
+def _read_ahead(job: ShardJob, task: int | None) -> None:
     io = FileIO(dict(job.io_properties))
     manifest = job.manifest
     entries = sum(chain.entries for chain in manifest.shards)
@@ -196,6 +199,11 @@ def _read_ahead(job: ShardJob) -> None:
         except Exception as err:  # noqa: BLE001 - any failure: the step reads the shard again, and reports it
             log.debug("shard %d not read ahead: %s: %s", chain.shard, type(err).__name__, err)
             continue
+        if job.writes_base(chain.shard, task):
+            try:
+                CACHE.keep_base(chain, _rebase(io, job, chain, got[0]), io)
+            except Exception as err:  # noqa: BLE001 - any failure: the step writes the base, and reports it
+                log.debug("shard %d base not written ahead: %s", chain.shard, err)
         CACHE.put(chain, got[0], job.cache_bytes, ahead=got[1])
 
 
@@ -289,23 +297,13 @@ def _write_step(
     nothing changed). Returns the shard's chain after the step."""
     manifest = job.manifest
     chain = manifest.shards[request.shard]
-    header = ShardHeader(
-        manifest.table_uuid,
-        job.snapshot_id,
-        manifest.key_field_ids,
-        manifest.key_types,
-        request.shard,
-        manifest.shard_count,
-    )
+    header = _header(job, request.shard)
     rebase = job.catch_up is not None or len(chain.deltas) >= job.max_deltas
     if job.in_task and job.writes_base(request.shard, task):
         # ``index`` holds the manifest's chain (a write task does not apply its own
-        # changes): that chain as a base, then this task's delta on it.
-        base = write_base(io, job.table_location, header, index)
-        if base.entries != chain.entries:
-            raise IndexUpdateError(
-                f"shard {request.shard}: rebased to {base.entries} entries, not {chain.entries}"
-            )
+        # changes): that chain as a base (the read-ahead's, when it wrote it), then
+        # this task's delta on it.
+        base = CACHE.take_base(chain) or _rebase(io, job, chain, index)
         deltas: tuple[str, ...] = ()
         if len(deleted) or request.added:
             deltas = (_write_delta(io, job, header, request, deleted),)
@@ -327,6 +325,28 @@ def _write_step(
             f"shard {request.shard}: {new.entries} entries written, {after} expected"
         )
     return new
+
+
+def _header(job: ShardJob, shard: int) -> ShardHeader:
+    manifest = job.manifest
+    return ShardHeader(
+        manifest.table_uuid,
+        job.snapshot_id,
+        manifest.key_field_ids,
+        manifest.key_types,
+        shard,
+        manifest.shard_count,
+    )
+
+
+def _rebase(io: FileIO, job: ShardJob, chain: ShardFile, index: PrimaryKeyIndex) -> ShardFile:
+    """The manifest's ``chain``, which ``index`` holds, written as a new base."""
+    base = write_base(io, job.table_location, _header(job, chain.shard), index)
+    if base.entries != chain.entries:
+        raise IndexUpdateError(
+            f"shard {chain.shard}: rebased to {base.entries} entries, not {chain.entries}"
+        )
+    return base
 
 
 def _write_delta(

@@ -207,7 +207,7 @@ def collapse_and_write(plan: TaskPlan) -> TaskFunction:
     the batch touched so the driver deletes earlier versions with deletion vectors."""
 
     def run(batches: Batches) -> Batches:
-        read_ahead_in_background(plan.shard_job)  # while the shuffled rows come
+        read_ahead(plan)  # while the shuffled rows come
         parts = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
         if not parts:
             yield encode([])
@@ -256,6 +256,13 @@ def shard_steps(plan: TaskPlan, messages: Sequence[Message]) -> list[Message]:
     deleted = [m.keys for m in messages if isinstance(m, KeysDeleted)]
     steps = run_task_steps(plan.shard_job, files, deleted, _task_partition())
     return [ShardStepsTaken(steps)]
+
+
+def read_ahead(plan: TaskPlan) -> None:
+    """Sharded mode: the write task's shards read ahead while its input comes
+    (``shard_lookup.read_ahead_in_background``), its rebases' bases written."""
+    if plan.shard_job is not None:
+        read_ahead_in_background(plan.shard_job, _task_partition())
 
 
 def _task_partition() -> int | None:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from calving.commit.index.shard_lookup import read_ahead_in_background, tidy_in_background
+from calving.commit.index.shard_lookup import tidy_in_background
 from calving.ingest.kafka.offsets import OffsetRange
 from calving.ingest.kafka.options import KafkaSourceOptions
 from calving.ingest.kafka.range_reader import RangeReader
@@ -33,6 +33,7 @@ from calving.ingest.sink.executor import (
     decode_and_write_append,
     decode_for_keyed,
     keyed_stage_schema,
+    read_ahead,
     shard_steps,
     write_last_events,
 )
@@ -74,7 +75,7 @@ def fused_keyed(plan: TaskPlan, options: KafkaSourceOptions) -> TaskFunction:
     last event in Kafka order and write, in one task."""
 
     def run(ranges: Batches) -> Batches:
-        read_ahead_in_background(plan.shard_job)  # while the records come
+        read_ahead(plan)  # while the records come
         io = plan.file_io()
         decoding = Decoding(plan)
         stage = keyed_stage_schema(plan.metadata())

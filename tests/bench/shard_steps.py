@@ -122,7 +122,7 @@ def run_side(
                 shard_lookup.CACHE = caches[task]  # this task's worker
                 wall, process = time.perf_counter(), time.process_time()
                 if background:
-                    shard_lookup.read_ahead_in_background(job)
+                    shard_lookup.read_ahead_in_background(job, task)
                     caches[task].settle()
                 ahead = time.perf_counter()
                 steps = run_task_steps(job, [(data_file, upserted)], [deleted], task)

@@ -293,3 +293,38 @@ def test_tidy_takes_the_merges_off_the_lookups_as_often_as_they_merged(
     for b in range(9, 16):  # no more tidies: a lookup merges past 250
         batch(b, tidy=False)
     assert on_lookup["tidied"] == 1
+
+
+def test_a_merge_with_nothing_to_merge_leaves_the_base_as_it_is(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A shard just read (or just merged) is one sorted base: writing it again as a base
+    (``export_entries``) or counting its entries does not sort it again; a delete, an
+    addition or a removed file does."""
+    from calving.commit.index.runs import Run
+
+    index = _index()
+    index.add_file("a.parquet", _ids(5, 3, 9))
+    index.compact()
+    sorts = []
+    sort = Run.sorted
+
+    def counted(run: Run) -> Run:
+        sorts.append(len(run))
+        return sort(run)
+
+    monkeypatch.setattr(Run, "sorted", counted)
+    assert len(index) == 3 and sorted(index.export_entries()[2].tolist()) == [0, 1, 2]
+    assert sorts == []
+    for change in (
+        lambda: index.delete_positions("a.parquet", [1]),
+        lambda: index.add_file("b.parquet", _ids(7)),
+        lambda: index.remove_file("b.parquet"),
+    ):
+        change()
+        index.compact()
+        assert len(sorts) == 1, "the change was merged"
+        sorts.clear()
+        index.compact()
+        assert sorts == [], "and once merged, not again"
+    assert index.live_rows_per_file() == {"a.parquet": 2}

@@ -141,8 +141,8 @@ def _task_batch(
         deleted = [writer._keys(gone)] if gone else []
         messages += [DataFileWritten(f, k) for f, k in files]
         messages += [KeysDeleted(k) for k in deleted]
-        if read_ahead:
-            shard_lookup.read_ahead_in_background(job)  # beside the task's writes
+        if read_ahead:  # beside the task's writes
+            shard_lookup.read_ahead_in_background(job, task if partitions else None)
         steps = run_task_steps(job, files, deleted, task if partitions else None)
         shard_lookup.tidy_in_background()  # as a write task ends: beside what follows
         messages.append(ShardStepsTaken(steps))
@@ -295,19 +295,21 @@ def test_a_read_ahead_that_fails_or_does_not_fit_leaves_the_shards_to_the_steps(
     writer.check()
 
 
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["in-step", "read-ahead"])
 @pytest.mark.parametrize("partitions", [False, True], ids=["every-task", "one-writer"])
 def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
-    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch, partitions: bool
+    sqlite_catalog: Any, monkeypatch: pytest.MonkeyPatch, partitions: bool, read_ahead: bool
 ) -> None:
     """A chain due for a rebase is rebased by the write tasks stepping it (no separate
     stage) and the next batch's steps take the cached chain that base holds (a cache
     hit brought forward by the batch's deltas, not a load of the new base). Tasks that
     do not know their partitions each write the manifest's chain as a base, and the
     driver keeps the first and deletes the other; tasks that do (Spark's) leave it to
-    the one the driver names, the other writing its delta on the old chain."""
+    the one the driver names, the other writing its delta on the old chain. With the
+    read-ahead, the bases are written in its thread, as the tasks start."""
     table = create_table(
         sqlite_catalog,
-        ("db", f"rebase_in_tasks_{partitions}"),
+        ("db", f"rebase_in_tasks_{partitions}_{read_ahead}"),
         EVENTS,
         properties={"calving.index.driver-step-keys": "0", "calving.index.shard-deltas": "2"},
     )
@@ -315,11 +317,13 @@ def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
     rng = random.Random(6)
     shard_lookup.CACHE.clear()
     written: list[str] = []
+    threads: set[str] = set()
     write_base = shard_lookup.write_base
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         base = write_base(*args, **kwargs)
         written.append(base.location)
+        threads.add(threading.current_thread().name)
         return base
 
     monkeypatch.setattr(shard_lookup, "write_base", counted)
@@ -328,7 +332,7 @@ def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
         upserts = {k: f"b{b}-{k}" for k in rng.sample(range(200), 40)}
         live = sorted(set(writer.expected) - set(upserts))
         hits, misses = shard_lookup.CACHE.hits, shard_lookup.CACHE.misses
-        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)), partitions)
+        _task_batch(writer, upserts, rng.sample(live, min(len(live), 6)), partitions, read_ahead)
         if b:  # after a rebase too: the first task brings a cached chain forward
             assert (shard_lookup.CACHE.hits, shard_lookup.CACHE.misses) == (hits + 2, misses + 1)
         sharded = writer.coordinator.sharded
@@ -345,30 +349,38 @@ def test_write_tasks_rebase_a_long_chain_and_workers_keep_their_cached_shard(
     assert {f for f in on_storage if f.endswith(".calvidx")} == bases  # spare bases deleted
     assert len(written) == (3 if partitions else 6)  # three rebases: one base or two each
     assert bases - {named[0].location} <= set(written)
+    assert threads == ({"calving-shard-read-ahead"} if read_ahead else {"MainThread"})
 
 
+@pytest.mark.parametrize("read_ahead", [False, True], ids=["in-step", "read-ahead"])
 def test_a_due_base_its_writer_does_not_step_is_written_by_every_task_later(
-    sqlite_catalog: Any,
+    sqlite_catalog: Any, read_ahead: bool
 ) -> None:
     """The task named to write a due base (partition 0) has no keys: the chain stays
-    long, and once it holds twice its due length every task stepping it writes it."""
+    long, and once it holds twice its due length every task stepping it writes it. A
+    base that task's read-ahead wrote is deleted as the task ends (no step took it)."""
     table = create_table(
         sqlite_catalog,
-        ("db", "rebase_owner_idle"),
+        ("db", f"rebase_owner_idle_{read_ahead}"),
         EVENTS,
         properties={"calving.index.driver-step-keys": "0", "calving.index.shard-deltas": "2"},
     )
     writer = Writer(table, shards=1)
     rng = random.Random(7)
-    lengths = []
+    lengths, bases = [], set()
     for b in range(10):  # odd keys only: task 1's
         upserts = {k: f"b{b}-{k}" for k in rng.sample(range(1, 200, 2), 20)}
-        _task_batch(writer, upserts, [], partitions=True)
+        _task_batch(writer, upserts, [], partitions=True, read_ahead=read_ahead)
         sharded = writer.coordinator.sharded
         assert sharded is not None and sharded.manifest is not None
         lengths.append(len(sharded.manifest.shards[0].deltas))
+        bases.add(sharded.manifest.shards[0].location)
     writer.check()
     assert lengths == [1, 2, 3, 4, 5, 6, 7, 8, 1, 2]
+    shard_lookup.CACHE.settle()  # the last task's spare bases deleted
+    shards_dir = f"{table.metadata.location}/metadata/calving-index/shards/"
+    on_storage = {f for f in table.io.list_prefix(shards_dir) if "-d-" not in f.rsplit("/", 1)[1]}
+    assert {f for f in on_storage if f.endswith(".calvidx")} == bases
 
 
 def _random_batches(writer: Writer, rng: random.Random, n: int, keys: int = 300) -> None:

@@ -101,6 +101,11 @@ class ShardCache:
         if keys or spare:
             self.run_in_background(lambda: self._tidy(keys, spare), "calving-shard-tidy")
 
+    def count_tidy(self, merged: bool) -> None:
+        """One shard tidied in the background (``merged``: fully)."""
+        self.tidied += 1
+        self.merged += merged
+
     def keep_base(self, chain: ShardFile, base: ShardFile, io: FileIO) -> None:
         """A base a read-ahead wrote, holding ``chain``'s rows, for the step that
         rebases it (``take_base``)."""
@@ -133,8 +138,7 @@ class ShardCache:
                     self._drop(key)
                 continue
             with self._lock:
-                self.tidied += 1
-                self.merged += merged
+                self.count_tidy(merged)
                 self._total += index.nbytes - self._bytes[key]
                 self._bytes[key] = index.nbytes
 

@@ -195,7 +195,7 @@ def _read_ahead(job: ShardJob, task: int | None) -> None:
             )
             if got is None:
                 continue
-            got[0].tidy()
+            CACHE.count_tidy(got[0].tidy())
         except Exception as err:  # noqa: BLE001 - any failure: the step reads the shard again, and reports it
             log.debug("shard %d not read ahead: %s: %s", chain.shard, type(err).__name__, err)
             continue

@@ -67,7 +67,7 @@ def test_shard_steps_bench_at_a_tiny_size():
     from tests.bench import shard_steps
 
     figures = shard_steps.figures(True, keys=200_000, shards=2, batch_keys=40_000, batches=8)
-    assert [f.peer for f in figures] == ["no tidy between tasks"] * 2
+    assert [f.peer for f in figures] == ["no background work"] * 2
     assert all(f.value and f.peer_value for f in figures)
     assert "full merges" in figures[0].note and " 0 full merges" not in figures[0].note
 

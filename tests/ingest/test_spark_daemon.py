@@ -130,6 +130,7 @@ print(json.dumps({"tuned": tuned, **allocator()}))
 """
 
 
+@pytest.mark.integration  # a fresh Python process each
 @pytest.mark.parametrize(
     ("how", "env", "tuned"),
     [

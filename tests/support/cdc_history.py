@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 from pyroaring import BitMap64
 
 from calving.commit.catalog import SqlCatalog
-from calving.commit.index.shard_lookup import LocalResolver
+from calving.commit.index.shard_lookup import LocalResolver, tidy_in_background
 from calving.commit.index.sharded import ShardedIndex
 from calving.commit.maintenance.compaction import compact
 from calving.commit.maintenance.compaction_plan import CompactionPolicy, RewriteGroup
@@ -47,7 +47,7 @@ from calving.commit.table.ledger import OffsetRange
 from calving.commit.table.table import Table, create_table
 from calving.ingest.decode.batch import OP_DELETE, OP_UPSERT
 from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
-from calving.ingest.sink.executor import TaskPlan, shard_steps, write_last_events
+from calving.ingest.sink.executor import TaskPlan, read_ahead, shard_steps, write_last_events
 from calving.ingest.sink.messages import Message
 from calving.ingest.write.rewrite import local_rewrite
 from tests.support import lineage as ref
@@ -274,10 +274,12 @@ class History:
         valued = [(op, key, self._values(key)) for op, key in events]
         plan, rows = self._plan(), self._rows(valued)
         messages: list[Message] = []
-        for task in range(self.tasks):
+        for task in range(self.tasks):  # as a write task: read ahead, write, step, tidy
+            read_ahead(plan)
             mine = rows.filter(pc.equal(pc.bit_wise_and(rows["id"], self.tasks - 1), task))
             written = write_last_events(plan, mine) if mine.num_rows else []
             messages += written + shard_steps(plan, written)
+            tidy_in_background()
         parsed = ParsedMessages.of(messages)
         parsed.ranges[(TOPIC, 0)] = OffsetRange(self.offset, self.offset + len(events))
         self.offset += len(events)

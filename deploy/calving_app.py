@@ -10,9 +10,9 @@ master and deploy mode come from spark-submit, the config's ``[spark] master`` i
 
 import sys
 
-from calving.ingest.launch import choose_memory_pool
+from calving.ingest.launch import prepare_driver
 
-choose_memory_pool()  # before the command imports pyarrow (calving.ingest.launch)
+prepare_driver()  # glibc's arena and Arrow's pool, before the command imports pyarrow
 
 from calving.ingest.cli import main
 

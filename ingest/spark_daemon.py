@@ -21,27 +21,21 @@ starts; ``config/spark-defaults.conf`` holds it commented out), not a runtime on
 workers must import this module before any task runs, so calving must be installed in
 their interpreter: a copy shipped with ``--py-files`` reaches only the tasks.
 
-Before forking, it also sets the C library's allocator (glibc's ``mallopt``, inherited
-by every worker) for what the workers do with numpy: a sharded index's shards merge
-and are read ahead in a worker's background thread, and glibc gives a thread other
-than the main one an arena of its own, whose freed pages go back to the kernel and
-fault in again; and arrays of a few MiB are mapped and unmapped one by one. One arena,
-and arrays up to 32 MiB kept in the heap (with up to 64 MiB of free heap kept), cut a
-shard step's CPU by a fifth in ``tests.bench.shard_steps``. A worker that sets
-``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_`` or glibc
-malloc tunables keeps its own settings.
+Before forking, it also sets the C library's allocator for what the workers do with
+numpy (``WORKER_MALLOC``, inherited by every worker: :mod:`calving.ingest.launch.allocator`
+says why); a worker whose environment sets glibc's allocator keeps its own settings.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import importlib
 import os
 import re
 import sys
 import zipfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+
+from calving.ingest.launch.allocator import WORKER_MALLOC, tune_malloc
 
 #: The value of ``spark.python.daemon.module`` that selects this daemon.
 DAEMON_MODULE = "calving.ingest.spark_daemon"
@@ -113,33 +107,9 @@ def warm_up(argv: Sequence[str]) -> list[str]:
     return [worker]
 
 
-#: glibc ``mallopt`` parameters (``malloc.h``) and the workers' values.
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
-WORKER_MALLOC = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 64 << 20))
-_MALLOC_ENV = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
-
-
-def tune_malloc(environ: Mapping[str, str] = os.environ) -> bool:
-    """Set ``WORKER_MALLOC`` with glibc's ``mallopt`` (see the module), unless the
-    environment sets glibc's allocator itself; False where there is no glibc or a
-    setting was refused (the allocator stays as it was, or partly set)."""
-    if any(k in environ for k in _MALLOC_ENV) or "glibc.malloc." in environ.get(
-        "GLIBC_TUNABLES", ""
-    ):
-        return False
-    name = ctypes.util.find_library("c")
-    try:
-        mallopt = ctypes.CDLL(name).mallopt if name else None
-    except (OSError, AttributeError):
-        mallopt = None
-    if mallopt is None:
-        return False
-    return all(mallopt(param, value) == 1 for param, value in WORKER_MALLOC)
-
-
 def main() -> None:
     sys.path[:] = installed_first(sys.path)
-    tune_malloc()
+    tune_malloc(WORKER_MALLOC)
     warm_up(sys.argv)
     from pyspark import daemon
 

@@ -9,6 +9,10 @@ library's allocator gives them back. So the driver runs on the system pool unles
 ``ARROW_DEFAULT_MEMORY_POOL`` names another. Only the driver: the variable is not
 passed on to the processes it starts (Spark's JVM and its Python workers keep Arrow's
 default). ``python -m calving.ingest.launch`` runs it too (``__main__``).
+
+It first gives the process one glibc arena (``allocator.DRIVER_MALLOC``), before any
+thread starts: a batch's commit runs on a py4j callback thread, which glibc would give
+an arena of its own that returns its pages and faults them in again.
 """
 
 from __future__ import annotations
@@ -40,9 +44,19 @@ def choose_memory_pool() -> str:
             del os.environ[POOL_ENV]
 
 
+def prepare_driver() -> str:
+    """What the ``calving`` process decides first: one glibc arena (unless its
+    environment sets glibc's allocator), then Arrow's pool (``choose_memory_pool``,
+    whose backend name it returns)."""
+    from calving.ingest.launch.allocator import DRIVER_MALLOC, tune_malloc
+
+    tune_malloc(DRIVER_MALLOC)
+    return choose_memory_pool()
+
+
 def main(argv: list[str] | None = None) -> int:
     """``calving ARGV``: the installed command."""
-    choose_memory_pool()
+    prepare_driver()
     from calving.ingest.cli import main as command
 
     return command(argv)

@@ -249,7 +249,11 @@ def stream_child(args: argparse.Namespace) -> None:
     master ``CALVING_BENCH_MASTER`` names: JSON on stdout, with each batch's write job
     (``writes``, seconds) and, in sharded mode, its longest write task's shard steps
     (``task_steps``; 0: the separate stage resolved the batch). ``--shards 0``: the
-    shard count sharded mode picks for the table."""
+    shard count sharded mode picks for the table. Its process runs on one glibc arena,
+    as ``calving run``'s does (``launch.allocator.DRIVER_MALLOC``)."""
+    from calving.ingest.launch.allocator import DRIVER_MALLOC, tune_malloc
+
+    tune_malloc(DRIVER_MALLOC)
     from calving.commit.table.actions.update_properties import UpdateProperties
     from calving.ingest.kafka.producer import produce
     from tests.bench import streaming

@@ -1,13 +1,13 @@
 """``spark_daemon``: Spark's Python workers import the installed pyspark (not Spark's
 zip, compiled from source in every process) when it is the zip's version, and start
 with the worker module imported, from a daemon that never runs a second thread; their
-allocator keeps numpy's arrays, a background thread's too, in one heap."""
+allocator (``WORKER_MALLOC``) keeps numpy's arrays, a background thread's too, in one
+heap."""
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import zipfile
 from collections.abc import Iterator
@@ -18,7 +18,8 @@ import pyarrow as pa
 import pytest
 
 from calving.ingest.sink.spark_tasks import map_in_arrow
-from calving.ingest.spark_daemon import DAEMON_MODULE, installed_first, tune_malloc, warm_up
+from calving.ingest.spark_daemon import DAEMON_MODULE, installed_first, warm_up
+from tests.ingest.test_allocator import allocator
 
 
 def _spark_zips(tmp: Path, pyspark: str, py4j: str) -> tuple[str, str]:
@@ -83,91 +84,6 @@ def test_a_worker_module_that_fails_is_left_to_the_worker(
     monkeypatch.setitem(sys.modules, "pyspark.worker", None)  # import raises ImportError
     assert warm_up(["daemon"]) == []
     assert "pyspark.worker not imported ahead" in capsys.readouterr().err
-
-
-def allocator() -> dict[str, int]:
-    """What glibc's allocator did here: the MiB it mapped apart for a 16 MiB numpy
-    array, and its arenas once another thread has made a 1 MiB one (``malloc_info``)."""
-    import ctypes
-    import ctypes.util
-    import tempfile
-    import threading
-
-    import numpy as np
-
-    class MallInfo2(ctypes.Structure):
-        _fields_ = [
-            (name, ctypes.c_size_t)
-            for name in (
-                "arena", "ordblks", "smblks", "hblks", "hblkhd",
-                "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost",
-            )
-        ]  # fmt: skip
-
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    libc.mallinfo2.restype = MallInfo2
-    libc.fopen.restype = ctypes.c_void_p
-    before = libc.mallinfo2().hblkhd
-    arrays = [np.ones(2 << 20)]
-    mapped = (libc.mallinfo2().hblkhd - before) >> 20
-    thread = threading.Thread(target=lambda: arrays.append(np.ones(128 << 10)))
-    thread.start()
-    thread.join()
-    with tempfile.NamedTemporaryFile() as report:
-        out = ctypes.c_void_p(libc.fopen(report.name.encode(), b"w"))
-        libc.malloc_info(0, out)
-        libc.fclose(out)
-        arenas = report.read().decode().count("<heap nr=")
-    return {"mapped_mib": mapped, "arenas": arenas}
-
-
-_PROBE = """
-import json, sys
-from calving.ingest.spark_daemon import tune_malloc
-tuned = tune_malloc() if sys.argv[1] == "tune" else None  # before any thread, as the daemon
-from tests.ingest.test_spark_daemon import allocator
-print(json.dumps({"tuned": tuned, **allocator()}))
-"""
-
-
-@pytest.mark.integration  # a fresh Python process each
-@pytest.mark.parametrize(
-    ("how", "env", "tuned"),
-    [
-        ("tune", {}, True),
-        ("leave", {}, None),
-        ("tune", {"MALLOC_ARENA_MAX": "4"}, False),
-        ("tune", {"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, False),
-    ],
-    ids=["tuned", "untuned", "env-arena", "env-tunables"],
-)
-def test_the_daemon_keeps_arrays_in_one_heap_unless_the_environment_says_otherwise(
-    how: str, env: dict[str, str], tuned: bool | None
-) -> None:
-    """In a fresh process (as the daemon before it forks): after ``tune_malloc`` a
-    large array comes from the heap and a thread allocates in the one arena, where
-    glibc's defaults map the array apart and give the thread an arena of its own; a
-    process whose environment sets the allocator keeps it."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MALLOC_", "GLIBC_"))}
-    run = subprocess.run(
-        [sys.executable, "-c", _PROBE, how],
-        env={**clean, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    )
-    got = json.loads(run.stdout)
-    assert got["tuned"] is tuned
-    if tuned:
-        assert (got["mapped_mib"], got["arenas"]) == (0, 1)
-    else:
-        assert got["mapped_mib"] == 16 and got["arenas"] >= 2
-
-
-def test_tune_malloc_leaves_an_environment_that_sets_the_allocator() -> None:
-    assert tune_malloc({"MALLOC_TRIM_THRESHOLD_": "0"}) is False
-    assert tune_malloc({"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}) is False
 
 
 def _where(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -22,7 +22,7 @@ workers must import this module before any task runs, so calving must be install
 their interpreter: a copy shipped with ``--py-files`` reaches only the tasks.
 
 Before forking, it also sets the C library's allocator for what the workers do with
-numpy (``WORKER_MALLOC``, inherited by every worker: :mod:`calving.ingest.launch.allocator`
+numpy (``WORKER_MALLOC``, inherited by every worker: :mod:`calving.ingest.allocator`
 says why); a worker whose environment sets glibc's allocator keeps its own settings.
 """
 
@@ -35,7 +35,7 @@ import sys
 import zipfile
 from collections.abc import Sequence
 
-from calving.ingest.launch.allocator import WORKER_MALLOC, tune_malloc
+from calving.ingest.allocator import WORKER_MALLOC, tune_malloc
 
 #: The value of ``spark.python.daemon.module`` that selects this daemon.
 DAEMON_MODULE = "calving.ingest.spark_daemon"

@@ -48,7 +48,7 @@ def prepare_driver() -> str:
     """What the ``calving`` process decides first: one glibc arena (unless its
     environment sets glibc's allocator), then Arrow's pool (``choose_memory_pool``,
     whose backend name it returns)."""
-    from calving.ingest.launch.allocator import DRIVER_MALLOC, tune_malloc
+    from calving.ingest.allocator import DRIVER_MALLOC, tune_malloc
 
     tune_malloc(DRIVER_MALLOC)
     return choose_memory_pool()

@@ -249,11 +249,7 @@ def stream_child(args: argparse.Namespace) -> None:
     master ``CALVING_BENCH_MASTER`` names: JSON on stdout, with each batch's write job
     (``writes``, seconds) and, in sharded mode, its longest write task's shard steps
     (``task_steps``; 0: the separate stage resolved the batch). ``--shards 0``: the
-    shard count sharded mode picks for the table. Its process runs on one glibc arena,
-    as ``calving run``'s does (``launch.allocator.DRIVER_MALLOC``)."""
-    from calving.ingest.launch.allocator import DRIVER_MALLOC, tune_malloc
-
-    tune_malloc(DRIVER_MALLOC)
+    shard count sharded mode picks for the table."""
     from calving.commit.table.actions.update_properties import UpdateProperties
     from calving.ingest.kafka.producer import produce
     from tests.bench import streaming
@@ -350,7 +346,9 @@ def run_stream(
     else:
         env[streaming.MASTER_ENV] = master
     command = [
-        sys.executable, "-m", "tests.bench.index_sharded", "--stream", mode,
+        # The stream's driver process set up as ``calving run``'s (``as_driver``).
+        sys.executable, "-m", "tests.bench.as_driver", "tests.bench.index_sharded",
+        "--stream", mode,
         "--keys", str(keys), "--records", str(records), "--max-offsets", str(max_offsets),
         "--shards", str(shards),
     ]  # fmt: skip

@@ -1,4 +1,4 @@
-"""``launch.allocator``: the ``calving`` process runs on one glibc arena, Spark's Python
+"""``allocator``: the ``calving`` process runs on one glibc arena, Spark's Python
 workers (calving's daemon) on one arena that keeps arrays of a few MiB in the heap; a
 process whose environment sets glibc's allocator keeps its own settings."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from calving.ingest.launch.allocator import DRIVER_MALLOC, WORKER_MALLOC, tune_malloc
+from calving.ingest.allocator import DRIVER_MALLOC, WORKER_MALLOC, tune_malloc
 
 
 def allocator() -> dict[str, int]:
@@ -54,7 +54,8 @@ def allocator() -> dict[str, int]:
 #: ``calving`` command do), or the command's entry point run, then ``allocator``.
 _PROBE = """
 import contextlib, io, json, sys
-from calving.ingest.launch import allocator as settings, main
+from calving.ingest import allocator as settings
+from calving.ingest.launch import main
 how = sys.argv[1]
 tuned = None
 if how == "command":

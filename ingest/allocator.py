@@ -7,7 +7,7 @@ and faults them in again, which costs what numpy does there a third more CPU:
 
 * A stream's driver runs each batch's commit on a py4j callback thread, not the main
   thread. With one arena (``DRIVER_MALLOC``) the driver of a 2M-key Debezium stream
-  (driver index) took 2.0-2.1 CPU-s against 2.6-2.7, and the stream ran 5-15% faster.
+  (driver index) took 2.0-2.1 CPU-s against 2.6-2.7, and the stream ran 5-17% faster.
   ``calving run`` sets it (``ingest/launch``); glibc's trimming is left as it is.
 * Spark's Python workers (``WORKER_MALLOC``, set by calving's worker daemon before it
   forks them, ``ingest/spark_daemon``) also keep arrays of up to 32 MiB in the heap

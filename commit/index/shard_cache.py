@@ -34,8 +34,23 @@ def _chain_key(chain: ShardFile) -> tuple[str, ...]:
     return (chain.location, *chain.deltas)
 
 
+#: A cached shard used (put) in this many of the latest rounds is not evicted to admit
+#: another: the current round and the one before.
+PROTECTED_ROUNDS = 2
+
+
 class ShardCache:
-    """Shards by chain, least recently used evicted past ``max_bytes``."""
+    """Shards by chain, at most ``max_bytes`` of them.
+
+    Past ``max_bytes``, the least recently used shard goes first, but only one that no
+    step used in the current round (a task: ``end_round``) or the one before. When
+    every cached shard was used that recently, the shard being put is not kept
+    instead: a batch steps its shards in the same order every time, and evicting the
+    oldest would evict the very shard the next step asks for, so that an index a little
+    larger than the cache would be read from storage in full at every batch. This way
+    the cache keeps as many shards as fit, batch after batch, and reads only the others.
+    A shard nothing uses any more (its chain was replaced) ages out after two rounds.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -45,6 +60,11 @@ class ShardCache:
         #: step takes it out, changes it and puts it back).
         self._bytes: dict[tuple[str, ...], int] = {}
         self._total = 0
+        #: The round each entry was last put in (``end_round`` starts the next round).
+        self._used: dict[tuple[str, ...], int] = {}
+        self._round = 0
+        #: Shards not kept because every cached shard was used too recently.
+        self.declined = 0
         #: Deltas this process's write tasks wrote, by location, until a step brings
         #: a cached shard forward by them (then they are not read back from storage).
         self._deltas: OrderedDict[str, tuple[tuple[AddedFile, ...], Deleted, int]] = OrderedDict()
@@ -85,13 +105,20 @@ class ShardCache:
         self._background = threading.Thread(target=target, name=name, daemon=True)
         self._background.start()
 
+    def end_round(self) -> None:
+        """A task's (or the driver's batch's) use of the cache ended: the shards it
+        used stay protected from eviction for one more round."""
+        with self._lock:
+            self._round += 1
+
     def tidy_in_background(self) -> None:
-        """Tidy (``PrimaryKeyIndex.tidy``) the shards the steps put since the last
+        """End the round (``end_round``) and tidy (``PrimaryKeyIndex.tidy``) the shards the steps put since the last
         call, in the background thread: a task calls it as it ends, so the merges a
         lookup would do run while the worker waits for its next task, not on the
         batch's critical path. A shard whose tidy fails is dropped (read again when
         asked for). The bases a read-ahead wrote that no step took are deleted there
         too (nothing names them)."""
+        self.end_round()
         self.settle()
         with self._lock:
             keys = [k for k in self._stepped if k in self._entries]
@@ -148,6 +175,7 @@ class ShardCache:
         self._stepped.discard(key)
         self._ahead.pop(key, None)
         self._shards.pop(key, None)
+        self._used.pop(key, None)
         self._total -= self._bytes.pop(key, 0)
         return index
 
@@ -218,9 +246,23 @@ class ShardCache:
             self._entries[key] = index
             self._shards[key] = chain.shard
             self._bytes[key] = size
+            self._used[key] = self._round
             self._total += size
-            while len(self._entries) > 1 and self._total > max_bytes:
-                self._drop(next(iter(self._entries)))
+            self._make_room(key, max_bytes)
+
+    def _make_room(self, new: tuple[str, ...], max_bytes: int) -> None:
+        """Evict the least recently used entries not used in the protected rounds
+        until the cache fits ``max_bytes``; if that is not enough, drop ``new`` instead
+        (unless it is the only entry). The lock held."""
+        oldest_kept = self._round - PROTECTED_ROUNDS + 1
+        for key in [k for k in self._entries if k != new]:
+            if self._total <= max_bytes:
+                return
+            if self._used[key] < oldest_kept:
+                self._drop(key)
+        if self._total > max_bytes and len(self._entries) > 1:
+            self._drop(new)
+            self.declined += 1
 
     def keep(self, owner: int, owners: int) -> None:
         """Drop every shard but those of owner ``owner`` of ``owners`` (shard ``s``
@@ -285,6 +327,7 @@ class ShardCache:
             self._entries.clear()
             self._shards.clear()
             self._bytes.clear()
+            self._used.clear()
             self._total = 0
             self._deltas.clear()
             self._delta_bytes = 0

@@ -50,12 +50,15 @@ from calving.commit.index.shard_chain import (
 from calving.commit.index.shards import ShardFile, ShardHeader, ShardManifest
 from calving.commit.io import FileIO
 from calving.commit.io_sync import synced_together
+from calving.commit.spec.properties import INDEX_WORKER_CACHE_BYTES
 from calving.commit.spec.sorted_sets import dense_ids, unique_sorted
 
 log = logging.getLogger(__name__)
 
-#: Bytes of shards a Python process keeps between batches (least recently used go).
-DEFAULT_CACHE_BYTES = 1 << 30
+#: Bytes of shards a Python process keeps between batches unless the table sets
+#: ``calving.index.worker-cache-bytes`` (``ShardCache``: the shards used in the latest
+#: rounds stay, the others go least recently used first).
+DEFAULT_CACHE_BYTES = INDEX_WORKER_CACHE_BYTES.default
 #: A batch of up to ``calving.index.driver-step-keys`` keys whose shards hold up to
 #: this many entries in all runs its steps in the driver (no Spark job).
 DRIVER_SHARD_ENTRIES = 2_000_000
@@ -411,12 +414,21 @@ def _cached_shard(
     return index, True
 
 
+def resolve_here(job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
+    """A whole batch's steps in this process (the driver's): one round of the cache
+    (``ShardCache.end_round``)."""
+    try:
+        return resolve_shards(job, requests)
+    finally:
+        CACHE.end_round()
+
+
 @dataclass(frozen=True)
 class LocalResolver:
     """Stage 2 in this process (tests, and tables without a Spark session)."""
 
     def __call__(self, job: ShardJob, requests: Sequence[ShardRequest]) -> list[ShardResult]:
-        return resolve_shards(job, requests)
+        return resolve_here(job, requests)
 
     def owners(self) -> int:
         return 0

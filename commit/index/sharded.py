@@ -323,6 +323,7 @@ class ShardedIndex:
             None,
             self.io_properties,
             max_deltas=max_deltas,
+            cache_bytes=TableProperties(metadata.properties).index_worker_cache_bytes,
             in_task=True,
             manifest_location=self.location,
             rebase=due,
@@ -430,6 +431,7 @@ class ShardedIndex:
             catch_up,
             self.io_properties,
             max_deltas=max_deltas,
+            cache_bytes=TableProperties(metadata.properties).index_worker_cache_bytes,
             driver_step_keys=TableProperties(metadata.properties).index_driver_step_keys,
             rebased=self.rebased,
         )

@@ -162,6 +162,10 @@ INDEX_DRIVER_STEP_KEYS = IntProperty("calving.index.driver-step-keys", 1_000, 0,
 INDEX_SHARD_STEPS = ChoiceProperty(
     "calving.index.shard-steps", "auto", ("auto", "write-tasks", "owners")
 )
+#: Bytes of shards a Spark Python worker keeps cached between batches (sharded mode;
+#: the cache is the worker's, shared by the tables it steps). Past it the shards used
+#: in the latest tasks stay and the others are read from storage when stepped.
+INDEX_WORKER_CACHE_BYTES = IntProperty("calving.index.worker-cache-bytes", 1 << 30, 1 << 20)
 #: The Iceberg type of Debezium ``io.debezium.data.Json`` columns. ``variant`` (v3) is
 #: refused until pyarrow can write Parquet VARIANT columns (see the reason).
 DEBEZIUM_JSON_TYPE = ChoiceProperty(
@@ -209,6 +213,7 @@ KNOWN: dict[str, Property] = {
         INDEX_SHARD_DELTAS,
         INDEX_DRIVER_STEP_KEYS,
         INDEX_SHARD_STEPS,
+        INDEX_WORKER_CACHE_BYTES,
     )
 }
 
@@ -336,6 +341,10 @@ class TableProperties:
     @property
     def index_shard_steps(self) -> str:
         return self._choice(INDEX_SHARD_STEPS)
+
+    @property
+    def index_worker_cache_bytes(self) -> int:
+        return self._int(INDEX_WORKER_CACHE_BYTES)
 
     @property
     def debezium_json_type(self) -> str:

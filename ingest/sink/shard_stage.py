@@ -41,6 +41,7 @@ from calving.commit.index.shard_lookup import (
     ShardJob,
     ShardRequest,
     ShardResult,
+    resolve_here,
     resolve_shards,
     tidy_in_background,
 )
@@ -102,7 +103,7 @@ class SparkShardResolver:
         if rows <= job.driver_step_keys and entries <= DRIVER_SHARD_ENTRIES:
             self.in_driver += 1
             small = replace(job, cache_bytes=min(job.cache_bytes, DRIVER_CACHE_BYTES))
-            return resolve_shards(small, requests)
+            return resolve_here(small, requests)
         sc = self.spark.sparkContext
         cores = max(1, int(sc.defaultParallelism))
         places = self._places()
@@ -192,7 +193,7 @@ class SparkShardRebuild:
             shard_count,
             self.io_properties,
             only=only,
-            cache_bytes=DEFAULT_CACHE_BYTES,
+            cache_bytes=TableProperties(metadata.properties).index_worker_cache_bytes,
         )
 
 
@@ -244,7 +245,12 @@ class SparkReshard:
             return reshard_here(io, metadata, manifest, shard_count)
         self.on_executors += 1
         return reshard_on_executors(
-            self.spark, self.io_properties, metadata.location, manifest, shard_count
+            self.spark,
+            self.io_properties,
+            metadata.location,
+            manifest,
+            shard_count,
+            TableProperties(metadata.properties).index_worker_cache_bytes,
         )
 
 
@@ -254,13 +260,15 @@ def reshard_on_executors(
     table_location: str,
     manifest: ShardManifest,
     shard_count: int,
+    cache_bytes: int = DEFAULT_CACHE_BYTES,
 ) -> list[ShardFile]:
     """``manifest``'s shards split or merged into ``shard_count`` by Spark tasks (at
     most one a core); the new shards, in shard order. On two executors or more a
     group runs on the owner of its first new shard (``spark_tasks.pinned_groups``, as
-    the rebuild's shards are written), where that shard is left cached for its steps."""
+    the rebuild's shards are written), where that shard is left cached for its steps
+    (``cache_bytes``: the worker's shard cache)."""
     groups = reshard_groups(manifest.shard_count, shard_count)
-    job = ReshardJob(table_location, manifest, shard_count, dict(io_properties))
+    job = ReshardJob(table_location, manifest, shard_count, dict(io_properties), cache_bytes)
     places = executors(spark)
     where: list[str] | None = None
     if len(places) > 1:

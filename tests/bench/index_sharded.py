@@ -127,6 +127,15 @@ def child(args: argparse.Namespace) -> None:
     from calving.ingest.sink.coordinator import Coordinator, ParsedMessages
 
     table = load(args.catalog, args.warehouse)
+    if args.worker_cache_mib:
+        from calving.commit.catalog import SqlCatalog
+        from calving.commit.spec.properties import INDEX_WORKER_CACHE_BYTES
+        from calving.ingest.table_admin import change_property
+
+        catalog = SqlCatalog("bench", args.catalog, args.warehouse)
+        value = str(args.worker_cache_mib << 20)
+        change_property(catalog, table.io, "bench.rebuild", INDEX_WORKER_CACHE_BYTES.name, value)
+        table = load(args.catalog, args.warehouse)
     coordinator = Coordinator(table, "bench", index_save_every=1_000_000)
     roots = [os.getpid(), *(int(p) for p in args.cluster_pids.split(",") if p)]
     spark = None
@@ -455,7 +464,7 @@ def _run_child(
 
 
 def run_side(
-    side: str, keys: int, rows: int, batches: int, shards: int, root: Path
+    side: str, keys: int, rows: int, batches: int, shards: int, root: Path, cache_mib: int = 0
 ) -> dict[str, Any]:
     from tests.bench.cost import _cluster_env
     from tests.deploy.cluster import StandaloneCluster
@@ -478,7 +487,7 @@ def run_side(
         sys.executable, "-m", "tests.bench.index_sharded", "--child", master,
         "--cluster-pids", pids, "--catalog", uri, "--warehouse", warehouse,
         "--keys", str(keys), "--batch-rows", str(rows), "--batches", str(batches),
-        "--shards", str(shards),
+        "--shards", str(shards), "--worker-cache-mib", str(cache_mib),
     ]  # fmt: skip
     result = _run_child(command, None, cluster, side)
     log(
@@ -489,10 +498,13 @@ def run_side(
     return result
 
 
-def measure(keys: int, rows: int, batches: int, sides: list[str], shards: int) -> dict[str, Any]:
+def measure(
+    keys: int, rows: int, batches: int, sides: list[str], shards: int, cache_mib: int = 0
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="calving-index-sharded-") as tmp:
         results: dict[str, Any] = {
-            side: run_side(side, keys, rows, batches, shards, Path(tmp)) for side in sides
+            side: run_side(side, keys, rows, batches, shards, Path(tmp), cache_mib)
+            for side in sides
         }
     deleted = {side: r["deleted"] for side, r in results.items()}
     if len({tuple(d) for d in deleted.values()}) != 1:  # every side deleted the same rows
@@ -587,6 +599,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--modes", default="driver,sharded", help="the stream's index modes (sharded-owners too)"
     )
+    parser.add_argument(
+        "--worker-cache-mib",
+        type=int,
+        default=0,
+        help="calving.index.worker-cache-bytes of the table, in MiB (0: the default)",
+    )
     parser.add_argument("--stream", help=argparse.SUPPRESS)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--cluster-pids", default="", help=argparse.SUPPRESS)
@@ -617,7 +635,14 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
 
-    results = measure(args.keys, args.batch_rows, args.batches, args.sides.split(","), args.shards)
+    results = measure(
+        args.keys,
+        args.batch_rows,
+        args.batches,
+        args.sides.split(","),
+        args.shards,
+        args.worker_cache_mib,
+    )
     if args.json_out:
         args.json_out.write_text(json.dumps(results, indent=1))
     print(render(to_figures(results)))

@@ -1,5 +1,5 @@
-"""The worker's shard cache: it hands a chain out once, evicts the least recently used,
-counts each shard's bytes once, keeps a bounded memo of its own deltas, and runs its
+"""The worker's shard cache: it hands a chain out once, evicts the least recently used
+shard that no recent round used (and keeps what fits when an index outgrows it), counts each shard's bytes once, keeps a bounded memo of its own deltas, and runs its
 background work (tidies) in one thread that every use waits for."""
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ def test_the_cache_hands_a_chain_out_once_and_evicts_the_oldest(sqlite_catalog: 
     cache.put(a, shard_index, 1 << 30)
     assert cache.take(a) is shard_index and cache.take(a) is None  # taken: changed in place
     cache.put(a, shard_index, 1 << 30)
+    cache.end_round()
+    cache.end_round()  # a is not used in two rounds: it may go
     cache.put(b, build_from_table(table.io, table.metadata), shard_index.nbytes + 1)
     assert cache.take(a) is None and cache.take(b) is not None  # a went: over the budget
     assert (cache.hits, cache.misses) == (2, 2)
@@ -57,10 +59,55 @@ def test_the_cache_counts_each_shard_once_as_it_was_put(sqlite_catalog: Any) -> 
     cache.forget(a.location)
     assert cache.nbytes == 0 and len(cache) == 0
     cache.put(a, shard_index, 1 << 30)
-    cache.put(b, whole, whole.nbytes)  # over the budget: the oldest goes
+    cache.put(b, whole, whole.nbytes)  # over the budget, a used in this round: b is not kept
+    assert cache.nbytes == shard_index.nbytes and cache.shards() == [a.shard]
+    assert cache.declined == 1
+    cache.end_round()
+    cache.put(b, whole, whole.nbytes)  # a used in the round before: still kept
+    assert cache.shards() == [a.shard] and cache.declined == 2
+    cache.end_round()
+    cache.put(b, whole, whole.nbytes)  # a unused for two rounds: the oldest goes
     assert cache.nbytes == whole.nbytes and cache.shards() == [b.shard]
     cache.clear()
     assert cache.nbytes == 0
+
+
+@pytest.mark.parametrize("fit", [3, 5, 8])
+def test_an_index_larger_than_the_cache_keeps_what_fits_batch_after_batch(
+    sqlite_catalog: Any, fit: int
+) -> None:
+    """Eight shards stepped in the same order every round (a task each), the cache
+    holding ``fit`` of them: the same ``fit`` shards are found every round after the
+    first, the others read (with plain LRU eviction, each put evicted the shard the
+    next step asked for: no hit at all), and a shard nobody uses any more ages out."""
+    _, manifest, shard_index = _chain(sqlite_catalog, "int")
+    chains = [replace(manifest.shards[0], location=f"s{i}", shard=i) for i in range(8)]
+    budget = fit * shard_index.nbytes
+    cache = ShardCache()
+    found = []
+    for _ in range(5):
+        hits = 0
+        for chain in chains:  # a step: take the shard (or read it), put it back
+            hits += cache.take(chain) is not None
+            cache.put(chain, shard_index, budget, stepped=True)
+        cache.tidy_in_background()  # the task ends: the round with it
+        found.append(hits)
+        assert cache.nbytes <= budget
+    assert found == [0] + [min(fit, 8)] * 4
+    kept = cache.shards()
+    assert len(kept) == min(fit, 8)
+    # The table's shards are replaced (other chains): the old ones go once unused for
+    # two rounds, and the new ones take their place.
+    fresh = [replace(c, location=f"new-{c.location}") for c in chains]
+    for round_ in range(3):
+        for chain in fresh:
+            cache.take(chain)
+            cache.put(chain, shard_index, budget)
+        cache.end_round()
+        if round_ == 0:
+            assert set(cache.shards()) == set(kept) or fit == 8  # old ones still protected
+    assert len(cache) == min(fit, 8)
+    assert all(cache.take(c) is not None for c in fresh[: min(fit, 8)])
 
 
 def test_a_remembered_delta_is_handed_out_once_and_the_memo_is_bounded(

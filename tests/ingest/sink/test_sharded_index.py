@@ -942,6 +942,41 @@ def test_shard_steps_run_in_the_write_tasks_or_on_the_owners(
     assert sharded.in_tasks == int(in_tasks)
 
 
+def test_an_index_larger_than_the_worker_cache_keeps_what_fits(sqlite_catalog: Any) -> None:
+    """``calving.index.worker-cache-bytes`` below the index's size: the cache keeps as
+    many shards as fit, and every batch finds those (the same ones) and reads only the
+    others; the table stays exact."""
+    table = create_table(
+        sqlite_catalog,
+        ("db", "small_cache"),
+        EVENTS,
+        properties={"calving.index.worker-cache-bytes": str(1 << 20)},
+    )
+    writer = Writer(table, shards=8)
+    shard_lookup.CACHE.clear()
+    keys = 150_000  # about 2.3 MiB of shards: a third of them fit
+    writer.batch({k: "a" for k in range(keys)})
+    sharded = writer.coordinator.sharded
+    assert sharded is not None
+    resolve = sharded.resolve
+    found: list[int] = []
+    cached: list[list[int]] = []
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        got = resolve(*args, **kwargs)
+        found.append(got.cache_hits)
+        cached.append(shard_lookup.CACHE.shards())
+        return got
+
+    sharded.resolve = watched  # type: ignore[method-assign]  # the test's probe
+    for n in range(4):
+        writer.batch({k: f"b{n}" for k in range(n, keys, 97)})  # every shard, every batch
+        assert shard_lookup.CACHE.nbytes <= 1 << 20
+    assert 0 < found[0] < 8 and found == [found[0]] * 4, found
+    assert all(c == cached[0] for c in cached) and len(cached[0]) == found[0]
+    writer.check()
+
+
 def test_a_pinned_step_keeps_only_its_owners_shards_cached(sqlite_catalog: Any) -> None:
     """A step run as owner ``o`` of ``n`` drops the other owners' shards from its
     process's cache (a rebuild's task, or an earlier placement, left them there)."""

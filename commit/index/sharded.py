@@ -73,7 +73,7 @@ from calving.commit.index.task_steps import PlacedSteps, merge_task_steps
 from calving.commit.io import FileIO
 from calving.commit.spec.data_file import DataFile
 from calving.commit.spec.metadata import TableMetadata
-from calving.commit.spec.properties import TableProperties
+from calving.commit.spec.properties import INDEX_WORKER_CACHE_BYTES, TableProperties
 from calving.commit.table import scan
 from calving.commit.table.summary import live_rows
 
@@ -85,10 +85,17 @@ ShardRebuild = Callable[[FileIO, TableMetadata, int | None, int, Sequence[int]],
 
 MANIFEST_SUFFIX = ".calvshards"
 #: ``calving.index.shard-steps = auto``: from this many entries in all (about 0.5 GiB
-#: of long keys, half a worker's shard cache) a batch's steps run on the shards'
-#: owners, each worker keeping its share, not in the write tasks, which keep every
-#: shard in every worker.
+#: of long keys, half a worker's default shard cache) a batch's steps run on the
+#: shards' owners, each worker keeping its share, not in the write tasks, which keep
+#: every shard in every worker. It scales with ``calving.index.worker-cache-bytes``
+#: (``owner_step_entries``).
 OWNER_STEP_ENTRIES = 32_000_000
+
+
+def owner_step_entries(worker_cache_bytes: int) -> int:
+    """``OWNER_STEP_ENTRIES`` for a worker shard cache of ``worker_cache_bytes``: the
+    same share of it."""
+    return OWNER_STEP_ENTRIES * worker_cache_bytes // INDEX_WORKER_CACHE_BYTES.default
 
 
 def names_shards(metadata: TableMetadata) -> bool:
@@ -103,9 +110,23 @@ class Resolved:
     snapshot_id: int | None  # the snapshot the keys were resolved on
     matches: Matches  # by the batch's key rows (``_touched_keys`` order)
     results: tuple[ShardResult, ...]
+    #: Steps that found their shard (or an earlier state of it) in their worker's cache.
     cache_hits: int
     #: Resolved by the write tasks: the longest task's steps, in seconds (else 0).
     task_seconds: float = 0.0
+    #: Shard steps the batch took (a write task's step of a shard is one; several
+    #: tasks may step one shard), when not one a result.
+    step_count: int | None = None
+
+    @property
+    def steps(self) -> int:
+        """Shard steps the batch took."""
+        return len(self.results) if self.step_count is None else self.step_count
+
+    @property
+    def shards_read(self) -> int:
+        """Steps that read their shard from storage (no state of it cached)."""
+        return self.steps - self.cache_hits
 
     def deletes(self) -> dict[str, BitMap64]:
         return self.matches.deletes()
@@ -334,10 +355,12 @@ class ShardedIndex:
     def on_owners(self, metadata: TableMetadata, manifest: ShardManifest) -> bool:
         """Whether the batch's steps run on the shards' owners (the separate stage,
         pinned: ``calving.index.shard-steps``), not in its write tasks: asked for, or
-        ``auto`` on an index of ``OWNER_STEP_ENTRIES`` entries; and the resolver pins
+        ``auto`` on an index of ``owner_step_entries`` entries; and the resolver pins
         steps to at least two processes (else the write tasks are as good a place)."""
-        choice = TableProperties(metadata.properties).index_shard_steps
-        if choice == "write-tasks" or (choice == "auto" and manifest.entries < OWNER_STEP_ENTRIES):
+        props = TableProperties(metadata.properties)
+        choice = props.index_shard_steps
+        large = manifest.entries >= owner_step_entries(props.index_worker_cache_bytes)
+        if choice == "write-tasks" or (choice == "auto" and not large):
             return False
         return self.resolver.owners() > 1
 
@@ -378,6 +401,7 @@ class ShardedIndex:
             merged.results,
             merged.cache_hits,
             max(p.steps.seconds for p in placed),
+            sum(len(p.steps.chains) for p in placed),
         )
 
     def resolve(

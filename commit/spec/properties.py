@@ -158,7 +158,8 @@ INDEX_SHARD_DELTAS = IntProperty("calving.index.shard-deltas", 16, 0, 10_000)
 INDEX_DRIVER_STEP_KEYS = IntProperty("calving.index.driver-step-keys", 1_000, 0, 1_000_000)
 #: Where a batch's shard steps run: in the write tasks (each worker then keeps every
 #: shard), on the shards' owners (a separate job, each executor keeping its share), or
-#: ``auto``: on the owners once the index is large (``sharded.OWNER_STEP_ENTRIES``).
+#: ``auto``: on the owners once the index is large (``sharded.owner_step_entries``:
+#: 32M entries with the default worker shard cache).
 INDEX_SHARD_STEPS = ChoiceProperty(
     "calving.index.shard-steps", "auto", ("auto", "write-tasks", "owners")
 )

@@ -143,6 +143,20 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
         "Keys in the primary-key index (keyed tables): the live rows of the committed snapshot.",
     ),
     "calving_index_bytes": ("gauge", (), "Resident bytes of the primary-key index."),
+    "calving_index_shard_steps_total": (
+        "counter",
+        (),
+        "Sharded index: shard steps of the committed batches (a task's lookups in one shard).",
+    ),
+    "calving_index_shards_read_total": (
+        "counter",
+        (),
+        (
+            "Sharded index: shard steps that read their shard from storage, no state of it "
+            "cached in their Python worker (a first step, a worker's cache outgrown: "
+            "calving.index.worker-cache-bytes)."
+        ),
+    ),
     "calving_index_rebuilds_total": (
         "counter",
         (),
@@ -191,6 +205,11 @@ LOG_FIELDS: dict[str, str] = {
     "index_keys": "keys in the primary-key index (null for append tables)",
     "index_bytes": "resident bytes of the index (null for append tables)",
     "index_rebuilds": "full index rebuilds in this process so far (calving_index_rebuilds_total)",
+    "index_shard_steps": "sharded index: the batch's shard steps (null in driver mode)",
+    "index_shards_read": (
+        "sharded index: shard steps that read their shard from storage, not from their "
+        "worker's cache (null in driver mode)"
+    ),
     "arrow_bytes": "bytes allocated from Arrow's default memory pool in the driver process",
     "error": "the commit's error, type and message (failed batches only)",
 }
@@ -296,6 +315,8 @@ class SinkMetrics:
             conflicts=max(0, attempts - 1),
             commit_seconds=now - commit_started,
             commit_phases={k: round(v, 6) for k, v in stats.phases.items()} or None,
+            index_shard_steps=stats.shard_steps,
+            index_shards_read=stats.shards_read,
             committed_at=committed_at,
             timestamp_min_ms=parsed.timestamp_min_ms,
             timestamp_max_ms=parsed.timestamp_max_ms,
@@ -387,6 +408,9 @@ class SinkMetrics:
         rebuilds = record["index_rebuilds"] - self._rebuilds_counted
         self._rebuilds_counted = record["index_rebuilds"]
         f["calving_index_rebuilds_total"].inc(max(0, rebuilds), **labels)
+        if record["outcome"] == "committed" and record["index_shard_steps"] is not None:
+            f["calving_index_shard_steps_total"].inc(record["index_shard_steps"], **labels)
+            f["calving_index_shards_read_total"].inc(record["index_shards_read"], **labels)
         f["calving_batch_duration_seconds"].observe(record["batch_seconds"], **labels)
         if record["outcome"] == "failed":
             return

@@ -71,6 +71,10 @@ class BatchStats:
     #: Seconds of the commit stage's phases: lookup and lineage (``prepare``), commit and
     #: finish (``commit_batch`` only; a many-table commit times its tables together).
     phases: dict[str, float] = field(default_factory=dict)
+    #: Sharded mode: the batch's shard steps, and those that read their shard from
+    #: storage (not cached in their worker); None in driver mode.
+    shard_steps: int | None = None
+    shards_read: int | None = None
 
 
 @dataclass
@@ -323,6 +327,7 @@ class Coordinator:
             deletes = resolved.deletes()
             looked_up = time.monotonic()
             stats.phases["lookup"] = looked_up - started
+            stats.shard_steps, stats.shards_read = resolved.steps, resolved.shards_read
             if resolved.task_seconds:
                 stats.phases["task_steps"] = resolved.task_seconds
             if keys is not None and _keeps_row_ids(metadata):

@@ -942,6 +942,33 @@ def test_shard_steps_run_in_the_write_tasks_or_on_the_owners(
     assert sharded.in_tasks == int(in_tasks)
 
 
+@pytest.mark.parametrize(("cache", "in_tasks"), [(1 << 30, True), (1 << 29, False)])
+def test_auto_steps_on_the_owners_sooner_with_a_smaller_worker_cache(
+    sqlite_catalog: Any, monkeypatch: Any, cache: int, in_tasks: bool
+) -> None:
+    """``auto``'s threshold is a share of the worker's shard cache: 100 entries stay in
+    the write tasks under a threshold of 150 at the default 1 GiB, and go to the owners
+    with half the cache (75)."""
+    from calving.commit.index import sharded as sharded_module
+
+    monkeypatch.setattr(sharded_module, "OWNER_STEP_ENTRIES", 150)
+    table = create_table(
+        sqlite_catalog,
+        ("db", f"auto_cache_{cache}"),
+        EVENTS,
+        properties={
+            "calving.index.driver-step-keys": "0",
+            "calving.index.worker-cache-bytes": str(cache),
+        },
+    )
+    writer = Writer(table)
+    writer.batch({k: f"a{k}" for k in range(100)})
+    sharded = writer.coordinator.sharded
+    assert sharded is not None
+    sharded.resolver = _Owners(2)
+    assert (writer.coordinator.shard_job() is not None) == in_tasks
+
+
 def test_an_index_larger_than_the_worker_cache_keeps_what_fits(sqlite_catalog: Any) -> None:
     """``calving.index.worker-cache-bytes`` below the index's size: the cache keeps as
     many shards as fit, and every batch finds those (the same ones) and reads only the
@@ -970,8 +997,10 @@ def test_an_index_larger_than_the_worker_cache_keeps_what_fits(sqlite_catalog: A
 
     sharded.resolve = watched  # type: ignore[method-assign]  # the test's probe
     for n in range(4):
-        writer.batch({k: f"b{n}" for k in range(n, keys, 97)})  # every shard, every batch
+        stats = writer.batch({k: f"b{n}" for k in range(n, keys, 97)})  # every shard
         assert shard_lookup.CACHE.nbytes <= 1 << 20
+        # The batch's figures (the metrics' index_shard_steps, index_shards_read).
+        assert (stats.shard_steps, stats.shards_read) == (8, 8 - found[-1])
     assert 0 < found[0] < 8 and found == [found[0]] * 4, found
     assert all(c == cached[0] for c in cached) and len(cached[0]) == found[0]
     writer.check()

@@ -80,6 +80,11 @@ def test_a_cdc_stream_in_sharded_mode_reads_back_exactly(
     assert sharded.read_ahead > 0
     assert sink.coordinator.index is None  # the driver built no index
     assert sum(s.deleted_rows for s in sink.coordinator.history) > 0
+    # Each batch counts its steps, and those that read their shard from storage: the
+    # workers' caches held most after the first batch.
+    stepped = [s for s in sink.coordinator.history if s.shard_steps]
+    assert stepped and all(0 <= (s.shards_read or 0) <= s.shard_steps for s in stepped)
+    assert sum(s.shards_read or 0 for s in stepped) < sum(s.shard_steps for s in stepped)
     assert names_shards(table.metadata)
     manifest = read_manifest(table.io, table.metadata.properties[INDEX_LOCATION_PROPERTY])
     assert manifest.snapshot_id == table.metadata.current_snapshot_id  # named at close

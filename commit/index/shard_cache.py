@@ -112,10 +112,10 @@ class ShardCache:
             self._round += 1
 
     def tidy_in_background(self) -> None:
-        """End the round (``end_round``) and tidy (``PrimaryKeyIndex.tidy``) the shards the steps put since the last
-        call, in the background thread: a task calls it as it ends, so the merges a
-        lookup would do run while the worker waits for its next task, not on the
-        batch's critical path. A shard whose tidy fails is dropped (read again when
+        """End the round (``end_round``) and tidy (``PrimaryKeyIndex.tidy``) the shards
+        the steps put since the last call, in the background thread: a task calls it as
+        it ends, so the merges a lookup would do run while the worker waits for its next
+        task, not on the batch's critical path. A shard whose tidy fails is dropped (read again when
         asked for). The bases a read-ahead wrote that no step took are deleted there
         too (nothing names them)."""
         self.end_round()

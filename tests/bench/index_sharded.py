@@ -46,7 +46,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tests.bench.figures import Figure, at_least, at_most
-from tests.bench.index_rebuild import build_table, cpu_between, load, tree_cpu
+from tests.bench.index_rebuild import NAME, build_table, cpu_between, load, tree_cpu
 
 QUICK = {"keys": 2_000_000, "batch_rows": 20_000, "batches": 6}
 FULL = {"keys": 20_000_000, "batch_rows": 100_000, "batches": 8}
@@ -134,7 +134,8 @@ def child(args: argparse.Namespace) -> None:
 
         catalog = SqlCatalog("bench", args.catalog, args.warehouse)
         value = str(args.worker_cache_mib << 20)
-        change_property(catalog, table.io, "bench.rebuild", INDEX_WORKER_CACHE_BYTES.name, value)
+        name = ".".join(NAME)
+        change_property(catalog, table.io, name, INDEX_WORKER_CACHE_BYTES.name, value)
         table = load(args.catalog, args.warehouse)
     coordinator = Coordinator(table, "bench", index_save_every=1_000_000)
     roots = [os.getpid(), *(int(p) for p in args.cluster_pids.split(",") if p)]

@@ -63,8 +63,6 @@ class ShardCache:
         #: The round each entry was last put in (``end_round`` starts the next round).
         self._used: dict[tuple[str, ...], int] = {}
         self._round = 0
-        #: Shards not kept because every cached shard was used too recently.
-        self.declined = 0
         #: Deltas this process's write tasks wrote, by location, until a step brings
         #: a cached shard forward by them (then they are not read back from storage).
         self._deltas: OrderedDict[str, tuple[tuple[AddedFile, ...], Deleted, int]] = OrderedDict()
@@ -254,6 +252,8 @@ class ShardCache:
         """Evict the least recently used entries not used in the protected rounds
         until the cache fits ``max_bytes``; if that is not enough, drop ``new`` instead
         (unless it is the only entry). The lock held."""
+        if self._total <= max_bytes:
+            return
         oldest_kept = self._round - PROTECTED_ROUNDS + 1
         for key in [k for k in self._entries if k != new]:
             if self._total <= max_bytes:
@@ -262,7 +262,6 @@ class ShardCache:
                 self._drop(key)
         if self._total > max_bytes and len(self._entries) > 1:
             self._drop(new)
-            self.declined += 1
 
     def keep(self, owner: int, owners: int) -> None:
         """Drop every shard but those of owner ``owner`` of ``owners`` (shard ``s``

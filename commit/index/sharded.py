@@ -328,7 +328,8 @@ class ShardedIndex:
         owners = self.last_partitions
         overdue = {s.shard for s in manifest.shards if len(s.deltas) >= 2 * max_deltas * tasks}
         rebase_owners = {s: owners[s % len(owners)] for s in sorted(due - overdue) if owners}
-        small = TableProperties(metadata.properties).index_driver_step_keys
+        props = TableProperties(metadata.properties)
+        small = props.index_driver_step_keys
         last = self.last_keys  # None: the first batch, of unknown size, steps in its tasks
         if (
             small
@@ -344,7 +345,7 @@ class ShardedIndex:
             None,
             self.io_properties,
             max_deltas=max_deltas,
-            cache_bytes=TableProperties(metadata.properties).index_worker_cache_bytes,
+            cache_bytes=props.index_worker_cache_bytes,
             in_task=True,
             manifest_location=self.location,
             rebase=due,
@@ -448,6 +449,7 @@ class ShardedIndex:
         requests = batch.requests(manifest, catch_up)
         if not requests:
             return ()
+        props = TableProperties(metadata.properties)
         job = ShardJob(
             metadata.location,
             manifest,
@@ -455,8 +457,8 @@ class ShardedIndex:
             catch_up,
             self.io_properties,
             max_deltas=max_deltas,
-            cache_bytes=TableProperties(metadata.properties).index_worker_cache_bytes,
-            driver_step_keys=TableProperties(metadata.properties).index_driver_step_keys,
+            cache_bytes=props.index_worker_cache_bytes,
+            driver_step_keys=props.index_driver_step_keys,
             rebased=self.rebased,
         )
         return tuple(self.resolver(job, requests))

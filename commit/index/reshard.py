@@ -23,7 +23,7 @@ import numpy as np
 from calving.commit.index.index_file import UnreadableIndexError
 from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
 from calving.commit.index.pk_index import IndexUpdateError, PrimaryKeyIndex
-from calving.commit.index.shard_chain import load_chain
+from calving.commit.index.shard_chain import load_chain, shard_index
 from calving.commit.index.shards import (
     ShardFile,
     ShardHeader,
@@ -155,16 +155,7 @@ def _index_of(
     manifest: ShardManifest, part: tuple[Keys, np.ndarray, np.ndarray]
 ) -> PrimaryKeyIndex:
     keys, file_index, positions = part
-    return PrimaryKeyIndex.from_entries(
-        manifest.key_field_ids,
-        manifest.key_types,
-        keys,
-        file_index,
-        positions,
-        manifest.files,
-        table_uuid=manifest.table_uuid,
-        snapshot_id=manifest.snapshot_id,
-    )
+    return shard_index(manifest, keys, file_index, positions, manifest.files)
 
 
 def resharded(

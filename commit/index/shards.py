@@ -42,6 +42,7 @@ import numpy as np
 
 from calving.commit.errors import CalvingError, ConfigError, FileIOError
 from calving.commit.index.index_file import (
+    Compression,
     IndexHeader,
     UnreadableIndexError,
     file_header,
@@ -274,7 +275,9 @@ def write_shard(
     local = (np.cumsum(present) - 1)[file_index]
     md = shard_metadata(header, [files[int(i)] for i in used])
     location = shard_file_location(table_location, header.snapshot_id, header.shard)
-    write_entries(io, location, md, keys, local.astype(np.uint32), positions)
+    write_entries(
+        io, location, md, keys, local.astype(np.uint32), positions, compression=Compression.BASE
+    )
     return ShardFile(header.shard, location, len(keys), header.snapshot_id)
 
 

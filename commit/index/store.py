@@ -36,6 +36,7 @@ from calving.commit.errors import (
     UnsupportedFeatureError,
 )
 from calving.commit.index.index_file import (
+    Compression,
     IndexHeader,
     UnreadableIndexError,
     file_header,
@@ -126,7 +127,8 @@ def save(io: FileIO, index: PrimaryKeyIndex, table_location: str) -> str:
     """Write the index (compacting it) to a new file; returns its location."""
     keys, file_index, positions, files = index.export_entries()
     location = index_file_location(table_location, index.snapshot_id)
-    write_entries(io, location, index_header(index, files), keys, file_index, positions)
+    header = index_header(index, files)
+    write_entries(io, location, header, keys, file_index, positions, compression=Compression.SAVED)
     return location
 
 

@@ -47,6 +47,7 @@ import numpy as np
 
 from calving.commit.errors import CalvingError
 from calving.commit.index.index_file import (
+    Compression,
     IndexHeader,
     UnreadableIndexError,
     read_entries,
@@ -56,6 +57,7 @@ from calving.commit.index.index_file import (
 from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec, Keys, concat_keys
 from calving.commit.index.pk_index import PrimaryKeyIndex
 from calving.commit.index.rebuild_place import driver_rebuild_rows
+from calving.commit.index.shard_chain import shard_index
 from calving.commit.index.shard_lookup import CACHE
 from calving.commit.index.shards import (
     SHARDS_DIRECTORY,
@@ -229,7 +231,9 @@ def write_pieces(job: RebuildJob, partition: int, tasks: Iterable[FileTask]) -> 
         e = _of_pieces(pieces, int_mode)
         location = f"{job.exchange}-s{shard}-t{partition}.calvpiece"
         md = shard_metadata(job.header(shard), e.files)
-        write_entries(io, location, md, e.keys, e.file_index, e.positions)
+        write_entries(
+            io, location, md, e.keys, e.file_index, e.positions, compression=Compression.TRANSIENT
+        )
         yield PieceFile(shard, location, len(e.keys))
 
 
@@ -272,16 +276,7 @@ def _write_shard(io: FileIO, job: RebuildJob, shard: int, e: _Entries) -> ShardF
         io, job.table_location, job.header(shard), e.keys, e.file_index, e.positions, e.files
     )
     if job.cache_bytes:
-        index = PrimaryKeyIndex.from_entries(
-            job.key_field_ids,
-            job.key_types,
-            e.keys,
-            e.file_index,
-            e.positions,
-            e.files,
-            table_uuid=job.table_uuid,
-            snapshot_id=job.snapshot_id,
-        )
+        index = shard_index(job.header(shard), e.keys, e.file_index, e.positions, e.files)
         CACHE.put(written, index, job.cache_bytes)
     return written
 

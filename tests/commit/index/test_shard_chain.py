@@ -16,14 +16,16 @@ import pyarrow as pa
 import pytest
 
 from calving.commit.index.index_file import UnreadableIndexError
-from calving.commit.index.keys import DEFAULT_HASHER, KeyCodec
+from calving.commit.index.keys import DEFAULT_HASHER, IntKeys, KeyCodec
 from calving.commit.index.pk_index import PrimaryKeyIndex
 from calving.commit.index.shard_chain import (
+    SHARD_MERGE_FRACTION,
     AddedFile,
     Deleted,
     apply_changes,
     load_chain,
     merge_chains,
+    shard_index,
     write_delta,
 )
 from calving.commit.index.shards import (
@@ -34,8 +36,9 @@ from calving.commit.index.shards import (
     split_index,
     write_manifest,
 )
-from calving.commit.index.store import build_from_table
+from calving.commit.index.store import build_from_table, save
 from calving.commit.io import local_path
+from calving.commit.spec.types import LONG
 from tests.commit.index.test_shards import entries, sharded_table
 
 pytestmark = pytest.mark.integration
@@ -149,3 +152,41 @@ def test_manifests_keep_chains_and_read_three_field_entries(sqlite_catalog: Any)
     body = json.loads(manifest.encode()[20:-4])
     assert len(body["shards"][0]) == 3 and len(body["shards"][1]) == 5  # plain, chained
     assert read_manifest(table.io, location).shards[0].base_snapshot == manifest.snapshot_id
+
+
+_LZ4_FRAME = b"\x04\x22\x4d\x18"  # the magic number opening an LZ4 frame
+_ZSTD_FRAME = b"\x28\xb5\x2f\xfd"  # and a zstd frame
+
+
+def test_index_files_compress_by_how_long_they_live(sqlite_catalog: Any) -> None:
+    """A delta's payload is stored plain, a shard's base with lz4, the saved index
+    with zstd (``Compression``); each reads back."""
+    table, manifest, want = _chain(sqlite_catalog, "int")
+    chain = manifest.shards[1]
+    base = Path(local_path(chain.location)).read_bytes()
+    delta = Path(local_path(chain.deltas[0])).read_bytes()
+    assert _LZ4_FRAME in base and _ZSTD_FRAME not in base
+    assert _LZ4_FRAME not in delta and _ZSTD_FRAME not in delta
+    saved = save(table.io, want, table.metadata.location)
+    assert _ZSTD_FRAME in Path(local_path(saved)).read_bytes()
+    assert entries(load_chain(table.io, manifest, chain)) == entries(want)
+
+
+def test_a_worker_shard_merges_at_twice_the_saved_index_fraction() -> None:
+    """Every worker holding a shard merges it, so a shard waits for twice the changes
+    the saved index merges at: a fifth of the entries deleted merges the one, not the
+    other."""
+    n = 1_000_000
+    header = ShardHeader("uuid", 1, (1,), (LONG,), 0, 1)
+    keys, positions = IntKeys(np.arange(n, dtype=np.int64)), np.arange(n, dtype=np.uint32)
+    files = [("a.parquet", n)]
+    shard = shard_index(header, keys, np.zeros(n, np.uint32), positions, files)
+    saved = PrimaryKeyIndex.from_entries(
+        [1], [LONG], keys, np.zeros(n, np.uint32), positions, files
+    )
+    assert SHARD_MERGE_FRACTION == 2 * saved.merge_fraction
+    for index in (shard, saved):
+        index.delete_positions("a.parquet", np.arange(0, n, 5))
+    assert saved.tidy() is True
+    assert shard.tidy() is False
+    assert len(shard) == len(saved) == n - n // 5

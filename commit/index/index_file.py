@@ -69,7 +69,7 @@ class Compression:
     BASE = "lz4"
     #: A shard's delta, or a rebuild's piece: small, read once or twice, then dropped.
     #: Either codec cost 0.4-0.6 ms to write 6k entries and 0.2-0.4 to read, none
-    #: 0.03-0.04, for 98 KB against 63-86.
+    #: 0.03-0.04, for 98 KB against 63-86 (int keys; string keys: 205 KB against 60).
     TRANSIENT = None
 
 

@@ -73,10 +73,10 @@ def _chain(catalog: Any, key: str) -> tuple[Any, ShardManifest, PrimaryKeyIndex]
     index = build_from_table(table.io, table.metadata)
     _, manifest = split_index(table.io, index, table.metadata.location, SHARDS)
     base = manifest.shards[1]
-    shard_index = load_chain(table.io, manifest, base)
+    changed = load_chain(table.io, manifest, base)
     new_path = f"{table.metadata.location}/data/new.parquet"
     new_keys = list(range(5000, 5040)) if key == "int" else [f"new-{i}" for i in range(40)]
-    added, deleted = _changes(shard_index, 1, new_path, new_keys)
+    added, deleted = _changes(changed, 1, new_path, new_keys)
     header = ShardHeader(
         manifest.table_uuid,
         manifest.snapshot_id,
@@ -86,12 +86,12 @@ def _chain(catalog: Any, key: str) -> tuple[Any, ShardManifest, PrimaryKeyIndex]
         SHARDS,
     )
     location = write_delta(table.io, table.metadata.location, header, added, deleted)
-    apply_changes(shard_index, added, deleted)
-    entries_after = len(shard_index)
+    apply_changes(changed, added, deleted)
+    entries_after = len(changed)
     chain = replace(base, entries=entries_after, deltas=(location,))
     shards = (*manifest.shards[:1], chain, *manifest.shards[2:])
     grown = replace(manifest, files=(*manifest.files, (new_path, len(new_keys))), shards=shards)
-    return table, grown, shard_index
+    return table, grown, changed
 
 
 @pytest.mark.parametrize("key", ["int", "string"])

@@ -573,7 +573,35 @@ def to_figures(results: dict[str, Any]) -> list[Figure]:
                 met=at_least(x1 / x2, GOAL_SCALING),
             )
         )
+    best = split_steps_bound(results.get("sharded x1"))
+    if x1 and best:
+        out.append(
+            Figure(
+                "index_sharded",
+                f"{label}, 1 worker's batch with its steps split over 2 (Amdahl's bound), s",
+                best,
+                "1 worker",
+                x1,
+                goal=f"ratio >= {GOAL_SCALING}x",
+                met=at_least(x1 / best, GOAL_SCALING),
+                note="the fastest two workers could go were the 1-worker batch's steps "
+                "split evenly and the rest of its time unchanged",
+            )
+        )
     return out
+
+
+def split_steps_bound(side: dict[str, Any] | None) -> float | None:
+    """The median batch of a 1-worker side had its shard steps run on two workers, each
+    taking half of them, and the rest of the batch (the Spark job's fixed cost, the
+    driver's split and merge, the commit) unchanged: an upper bound on what a second
+    worker can gain (Amdahl's law), from the figures of the same run. None without the
+    steps' times."""
+    if not side or not side.get("steps") or len(side["steps"]) != len(side["seconds"]):
+        return None
+    return statistics.median(
+        t - s["sum"] / 2 for t, s in zip(side["seconds"], side["steps"], strict=True)
+    )
 
 
 def figures(quick: bool) -> list[Figure]:

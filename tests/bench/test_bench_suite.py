@@ -248,6 +248,16 @@ def test_index_sharded_figures_from_recorded_sides():
     assert scaling.met is True  # 1.7x
     rss = by_name["driver peak RSS, 20M keys, sharded x2, MiB"]
     assert (rss.value, rss.peer_value) == (950.0, 1600.0)
+    # Without the steps' times there is no bound; with them, the batch less half its steps.
+    assert not [f for f in by_name if "Amdahl" in f]
+    results["sharded x1"]["steps"] = [{"sum": 0.2}, {"sum": 0.4}]
+    by_name = {f.figure: f for f in to_figures(results)}
+    bound = by_name[
+        "100,000-row upsert into 20M keys, 1 worker's batch with its steps split over 2 "
+        "(Amdahl's bound), s"
+    ]
+    assert bound.value == pytest.approx(0.7)  # median of 0.8 - 0.1 and 0.9 - 0.2
+    assert bound.ratio == pytest.approx(0.85 / 0.7) and bound.met is False
 
 
 def test_index_rebuild_figures_hold_the_reshards_against_a_rebuild():

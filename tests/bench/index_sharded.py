@@ -592,8 +592,8 @@ def to_figures(results: dict[str, Any]) -> list[Figure]:
 
 
 def split_steps_bound(side: dict[str, Any] | None) -> float | None:
-    """The median batch of a 1-worker side had its shard steps run on two workers, each
-    taking half of them, and the rest of the batch (the Spark job's fixed cost, the
+    """What a 1-worker side's median batch would take were its shard steps split evenly
+    over two workers and the rest of the batch (the Spark job's fixed cost, the
     driver's split and merge, the commit) unchanged: an upper bound on what a second
     worker can gain (Amdahl's law), from the figures of the same run. None without the
     steps' times."""
